@@ -1,0 +1,85 @@
+//! The one clock behind every validity deadline.
+//!
+//! Redis expires keys by its wall clock, which keeps running while a host is
+//! suspended. `std::time::Instant` on Linux reads `CLOCK_MONOTONIC`, which stops
+//! during suspend: a holder that computed its deadline with it would, after a
+//! resume, believe it still holds a lock whose keys have long expired. So on
+//! Linux every deadline here is taken on `CLOCK_BOOTTIME`, which is monotonic
+//! *and* counts suspended time (DESIGN.md, safety rule 1). Elsewhere the code
+//! falls back to `Instant`, whose platforms' suspend behaviour varies; see the
+//! crate docs.
+
+use std::time::Duration;
+
+/// A point in time on the deadline clock (`CLOCK_BOOTTIME` on Linux).
+///
+/// Only differences between two stamps mean anything; the origin is
+/// unspecified (on Linux it is the moment the machine booted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Stamp(Duration);
+
+impl Stamp {
+    /// The current time on the deadline clock.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn now() -> Stamp {
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        // The kernel never returns negative or out-of-range fields for this clock.
+        Stamp(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+
+    /// The current time on the deadline clock.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub fn now() -> Stamp {
+        use std::sync::OnceLock;
+        use std::time::Instant;
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        Stamp(ORIGIN.get_or_init(Instant::now).elapsed())
+    }
+
+    /// How long ago this stamp was taken (zero if it lies in the future).
+    pub fn elapsed(self) -> Duration {
+        Stamp::now().saturating_since(self)
+    }
+
+    /// `self - earlier`, or zero when `earlier` is later than `self`.
+    pub fn saturating_since(self, earlier: Stamp) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// The stamp `d` after this one.
+    pub fn after(self, d: Duration) -> Stamp {
+        Stamp(self.0.saturating_add(d))
+    }
+
+    /// Time left from now until this stamp (zero once it has passed).
+    pub fn remaining(self) -> Duration {
+        self.saturating_since(Stamp::now())
+    }
+
+    /// Time since the clock's origin, e.g. for logs that several processes
+    /// of one host share.
+    pub fn since_origin(self) -> Duration {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_moves_forward_and_math_saturates() {
+        let a = Stamp::now();
+        let b = Stamp::now();
+        assert!(b >= a);
+        assert_eq!(
+            a.saturating_since(b.after(Duration::from_secs(1))),
+            Duration::ZERO
+        );
+        assert_eq!(
+            a.after(Duration::from_millis(5)).saturating_since(a),
+            Duration::from_millis(5)
+        );
+        assert!(a.after(Duration::from_secs(3600)).remaining() > Duration::from_secs(3500));
+    }
+}

@@ -1,0 +1,517 @@
+//! Lock settings, their defaults, and the checks that reject settings which
+//! cannot give a safe lock.
+
+use std::time::Duration;
+
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+use crate::error::ConfigError;
+use crate::quorum::{self, Quorum};
+use crate::retry::RetryPolicy;
+
+/// The longest TTL accepted: what Redis's `PX`/`PEXPIRE` take (a signed
+/// 64-bit millisecond count, kept well clear of overflow when added to the
+/// server's clock).
+const MAX_TTL: Duration = Duration::from_millis(1 << 46);
+
+/// Validated settings of a [`MultiLock`](crate::MultiLock). Build one with
+/// [`LockConfig::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::{LockConfig, Quorum};
+///
+/// let config = LockConfig::builder()
+///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .ttl(Duration::from_secs(10))
+///     .quorum(Quorum::Majority)
+///     .build()?;
+/// assert_eq!(config.required_nodes(), 2);
+/// // Defaults derived from the TTL:
+/// assert_eq!(config.node_timeout(), Duration::from_millis(50));
+/// assert_eq!(config.min_validity(), Duration::from_secs(1));
+/// # Ok::<(), quorumlock::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct LockConfig {
+    pub(crate) nodes: Vec<NodeAddress>,
+    pub(crate) ttl: Duration,
+    pub(crate) quorum: Quorum,
+    pub(crate) drift_factor: f64,
+    pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) min_validity: Duration,
+}
+
+/// One configured node: the URL as given and what it parsed to.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeAddress {
+    pub(crate) url: String,
+    pub(crate) client: Client,
+}
+
+/// Builder for [`LockConfig`]; every setting but the nodes has a default.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct LockConfigBuilder {
+    nodes: Vec<String>,
+    ttl: Option<Duration>,
+    quorum: Quorum,
+    drift_factor: Option<f64>,
+    node_timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    retry: RetryPolicy,
+    min_validity: Option<Duration>,
+}
+
+impl LockConfig {
+    /// Default TTL: 30 s, Redisson's watchdog timeout.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+    /// Default drift factor: 1 % of the TTL (plus 2 ms), as in Redlock.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+    /// Upper bound of the default per-node timeout.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default bound on establishing one connection (runs in the background;
+    /// callers never wait longer than their node timeout for it).
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// Starts a builder.
+    pub fn builder() -> LockConfigBuilder {
+        LockConfigBuilder::default()
+    }
+
+    /// The node URLs, in configuration order.
+    pub fn node_urls(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.nodes.iter().map(|n| n.url.as_str())
+    }
+
+    /// Time to live of the lock keys.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The quorum policy.
+    pub fn quorum(&self) -> Quorum {
+        self.quorum
+    }
+
+    /// Nodes an acquire must win: the policy applied to the node count.
+    pub fn required_nodes(&self) -> usize {
+        self.quorum.required(self.nodes.len())
+    }
+
+    /// The clock-drift factor.
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// Deadline of each fan-out: no node is waited on longer.
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// Bound on establishing one connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How `acquire` spaces its attempts.
+    pub fn retry(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// A win that leaves no more validity than this is rolled back.
+    pub fn min_validity(&self) -> Duration {
+        self.min_validity
+    }
+}
+
+impl LockConfigBuilder {
+    /// Adds one node, a `redis://` (or `rediss://`, `redis+unix://`) URL.
+    pub fn node(mut self, url: impl Into<String>) -> Self {
+        self.nodes.push(url.into());
+        self
+    }
+
+    /// Adds several nodes.
+    pub fn nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nodes.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
+    /// Time to live of the lock keys (default 30 s). The holder's validity is
+    /// always shorter: TTL minus the acquire time minus the drift allowance.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Quorum policy (default [`Quorum::Majority`]).
+    pub fn quorum(mut self, quorum: Quorum) -> Self {
+        self.quorum = quorum;
+        self
+    }
+
+    /// Clock-drift factor (default 0.01): the allowance is
+    /// `ttl × drift_factor + 2 ms`.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = Some(factor);
+        self
+    }
+
+    /// Per-node timeout (default: 50 ms or a tenth of the TTL, whichever is
+    /// smaller). Must be at most a tenth of the TTL.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Bound on establishing a connection (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Retry policy for [`MultiLock::acquire`](crate::MultiLock::acquire).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Minimum validity a win must leave (default: a tenth of the TTL).
+    pub fn min_validity(mut self, min: Duration) -> Self {
+        self.min_validity = Some(min);
+        self
+    }
+
+    /// Checks every setting and returns the first problem, naming the field
+    /// and the value.
+    pub fn build(self) -> Result<LockConfig, ConfigError> {
+        let nodes = parse_nodes(self.nodes)?;
+        let n = nodes.len();
+        if let Quorum::AtLeast(k) = self.quorum
+            && (k == 0 || k > n)
+        {
+            return Err(ConfigError::QuorumOutOfRange { k, nodes: n });
+        }
+
+        let ttl = self.ttl.unwrap_or(LockConfig::DEFAULT_TTL);
+        let node_timeout = self
+            .node_timeout
+            .unwrap_or_else(|| LockConfig::DEFAULT_NODE_TIMEOUT.min(ttl / 10));
+        let connect_timeout = self
+            .connect_timeout
+            .unwrap_or(LockConfig::DEFAULT_CONNECT_TIMEOUT);
+        if connect_timeout.is_zero() {
+            return Err(ConfigError::ConnectTimeoutZero {
+                value: connect_timeout,
+            });
+        }
+        let drift_factor = self
+            .drift_factor
+            .unwrap_or(LockConfig::DEFAULT_DRIFT_FACTOR);
+        if !(drift_factor.is_finite() && (0.0..1.0).contains(&drift_factor)) {
+            return Err(ConfigError::DriftFactorOutOfRange {
+                value: drift_factor,
+            });
+        }
+        let min_validity = self.min_validity.unwrap_or(ttl / 10);
+        check_ttl_with(ttl, node_timeout, drift_factor, min_validity)?;
+        self.retry.validate()?;
+
+        Ok(LockConfig {
+            nodes,
+            ttl,
+            quorum: self.quorum,
+            drift_factor,
+            node_timeout,
+            connect_timeout,
+            retry: self.retry,
+            min_validity,
+        })
+    }
+}
+
+/// Checks a TTL passed at run time (e.g. to `extend`) against the lock's
+/// other settings, as `build` does for the configured one.
+pub(crate) fn check_ttl(ttl: Duration, config: &LockConfig) -> Result<(), ConfigError> {
+    check_ttl_with(
+        ttl,
+        config.node_timeout,
+        config.drift_factor,
+        config.min_validity,
+    )
+}
+
+fn check_ttl_with(
+    ttl: Duration,
+    node_timeout: Duration,
+    drift_factor: f64,
+    min_validity: Duration,
+) -> Result<(), ConfigError> {
+    if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
+        return Err(ConfigError::TtlOutOfRange { ttl, max: MAX_TTL });
+    }
+    // "Well below": a fan-out that uses its whole timeout still leaves most
+    // of the TTL as validity.
+    let max = ttl / 10;
+    if node_timeout.is_zero() || node_timeout > max {
+        return Err(ConfigError::NodeTimeoutOutOfRange {
+            node_timeout,
+            ttl,
+            max,
+        });
+    }
+    let drift = quorum::drift(ttl, drift_factor);
+    if ttl.saturating_sub(drift) <= min_validity {
+        return Err(ConfigError::NoValidityLeft {
+            ttl,
+            drift_factor,
+            drift,
+            min_validity,
+        });
+    }
+    Ok(())
+}
+
+fn parse_nodes(urls: Vec<String>) -> Result<Vec<NodeAddress>, ConfigError> {
+    if urls.is_empty() {
+        return Err(ConfigError::NoNodes);
+    }
+    let mut nodes: Vec<NodeAddress> = Vec::with_capacity(urls.len());
+    for url in urls {
+        let info =
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| ConfigError::InvalidNodeUrl {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?;
+        if let Some(first) = nodes
+            .iter()
+            .find(|n| same_server(n.client.get_connection_info(), &info))
+        {
+            return Err(ConfigError::DuplicateNode {
+                url,
+                first: first.url.clone(),
+            });
+        }
+        let client = Client::open(info).map_err(|e| ConfigError::InvalidNodeUrl {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        nodes.push(NodeAddress { url, client });
+    }
+    Ok(nodes)
+}
+
+/// Same address and database: two entries that would lock the same keys.
+fn same_server(a: &ConnectionInfo, b: &ConnectionInfo) -> bool {
+    let addr = |i: &ConnectionInfo| match i.addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{}:{port}", host.to_ascii_lowercase())
+        }
+        other => other.to_string(),
+    };
+    addr(a) == addr(b) && a.redis_settings().db() == b.redis_settings().db()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> LockConfigBuilder {
+        LockConfig::builder().nodes([
+            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:2",
+            "redis://127.0.0.1:3",
+        ])
+    }
+
+    #[test]
+    fn defaults_are_documented_values() {
+        let c = three().build().expect("valid");
+        assert_eq!(c.ttl(), Duration::from_secs(30));
+        assert_eq!(c.quorum(), Quorum::Majority);
+        assert_eq!(c.required_nodes(), 2);
+        assert_eq!(c.drift_factor(), 0.01);
+        assert_eq!(c.node_timeout(), Duration::from_millis(50));
+        assert_eq!(c.min_validity(), Duration::from_secs(3));
+        // A short TTL scales the default node timeout down instead of failing.
+        let c = three()
+            .ttl(Duration::from_millis(200))
+            .build()
+            .expect("valid");
+        assert_eq!(c.node_timeout(), Duration::from_millis(20));
+    }
+
+    #[test]
+    fn no_nodes() {
+        assert_eq!(
+            LockConfig::builder().build().unwrap_err(),
+            ConfigError::NoNodes
+        );
+    }
+
+    #[test]
+    fn unparsable_url_is_named() {
+        let err = LockConfig::builder()
+            .node("redis://127.0.0.1:1")
+            .node("http://nope")
+            .build()
+            .unwrap_err();
+        match &err {
+            ConfigError::InvalidNodeUrl { url, .. } => assert_eq!(url, "http://nope"),
+            other => panic!("expected InvalidNodeUrl, got {other:?}"),
+        }
+        assert!(err.to_string().contains("http://nope"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_nodes_are_named_even_when_spelled_differently() {
+        let err = LockConfig::builder()
+            .nodes([
+                "redis://127.0.0.1:7000",
+                "redis://127.0.0.1:7001/",
+                "redis://127.0.0.1:7000/0",
+            ])
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::DuplicateNode {
+                url: "redis://127.0.0.1:7000/0".into(),
+                first: "redis://127.0.0.1:7000".into()
+            }
+        );
+        // Another database on the same server is another node.
+        assert!(
+            LockConfig::builder()
+                .nodes(["redis://127.0.0.1:7000/0", "redis://127.0.0.1:7000/1"])
+                .build()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn quorum_k_out_of_range() {
+        for k in [0, 4] {
+            let err = three().quorum(Quorum::AtLeast(k)).build().unwrap_err();
+            assert_eq!(err, ConfigError::QuorumOutOfRange { k, nodes: 3 });
+            assert!(err.to_string().contains(&format!("AtLeast({k})")));
+        }
+        assert!(three().quorum(Quorum::AtLeast(3)).build().is_ok());
+        assert!(three().quorum(Quorum::AtLeast(1)).build().is_ok());
+    }
+
+    #[test]
+    fn ttl_zero_and_huge() {
+        for ttl in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            MAX_TTL + Duration::from_millis(1),
+        ] {
+            assert!(
+                matches!(three().ttl(ttl).build(), Err(ConfigError::TtlOutOfRange { ttl: t, .. }) if t == ttl)
+            );
+        }
+    }
+
+    #[test]
+    fn node_timeout_must_be_well_below_ttl() {
+        let ttl = Duration::from_secs(1);
+        for node_timeout in [
+            Duration::ZERO,
+            Duration::from_millis(101),
+            Duration::from_secs(2),
+        ] {
+            let err = three()
+                .ttl(ttl)
+                .node_timeout(node_timeout)
+                .build()
+                .unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::NodeTimeoutOutOfRange {
+                    node_timeout,
+                    ttl,
+                    max: Duration::from_millis(100)
+                }
+            );
+        }
+        assert!(
+            three()
+                .ttl(ttl)
+                .node_timeout(Duration::from_millis(100))
+                .build()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn drift_factor_out_of_range() {
+        for value in [-0.1, 1.0, f64::NAN, f64::INFINITY] {
+            match three().drift_factor(value).build() {
+                Err(ConfigError::DriftFactorOutOfRange { value: v }) => {
+                    assert!(v.to_bits() == value.to_bits())
+                }
+                other => panic!("{value}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn drift_that_leaves_no_validity() {
+        // 0.95 of 1 s plus 2 ms leaves 48 ms, below the default minimum of 100 ms.
+        let err = three()
+            .ttl(Duration::from_secs(1))
+            .drift_factor(0.95)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::NoValidityLeft { drift_factor, .. } if drift_factor == 0.95),
+            "{err:?}"
+        );
+        // A 2 ms TTL is eaten by the fixed 2 ms allowance alone.
+        let err = three()
+            .ttl(Duration::from_millis(2))
+            .node_timeout(Duration::from_micros(100))
+            .min_validity(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::NoValidityLeft { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn connect_timeout_zero() {
+        assert_eq!(
+            three().connect_timeout(Duration::ZERO).build().unwrap_err(),
+            ConfigError::ConnectTimeoutZero {
+                value: Duration::ZERO
+            }
+        );
+    }
+
+    #[test]
+    fn bad_retry_policy_is_reported() {
+        let err = three()
+            .retry(RetryPolicy::default().jitter(2.0))
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::InvalidRetry {
+                    field: "jitter",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,357 @@
+//! Everything that can go wrong, typed so that callers can tell "someone else
+//! holds it" from "not enough nodes answered" from "bad configuration".
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A configuration value that cannot work, naming the field and the value.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `nodes` is empty.
+    #[error("`nodes` is empty: a lock needs at least one Redis node")]
+    NoNodes,
+    /// A node URL does not parse.
+    #[error("`nodes`: cannot parse {url:?} as a Redis URL: {reason}")]
+    InvalidNodeUrl {
+        /// The URL as given.
+        url: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// Two URLs name the same server and database.
+    #[error(
+        "`nodes`: {url:?} names the same server as {first:?}; each node must be an independent master"
+    )]
+    DuplicateNode {
+        /// The later URL.
+        url: String,
+        /// The earlier URL it duplicates.
+        first: String,
+    },
+    /// `Quorum::AtLeast(k)` with `k = 0` or `k > nodes`.
+    #[error("`quorum` is AtLeast({k}): k must be from 1 to the number of nodes ({nodes})")]
+    QuorumOutOfRange {
+        /// The configured k.
+        k: usize,
+        /// The number of nodes.
+        nodes: usize,
+    },
+    /// The TTL is below one millisecond (Redis's expiry granularity) or
+    /// above what `PEXPIRE` accepts.
+    #[error("`ttl` is {ttl:?}: it must be from 1 ms to {max:?}")]
+    TtlOutOfRange {
+        /// The configured TTL.
+        ttl: Duration,
+        /// The largest TTL accepted.
+        max: Duration,
+    },
+    /// The per-node timeout is zero or not well below the TTL.
+    #[error(
+        "`node_timeout` is {node_timeout:?}: it must be above zero and at most a tenth of the TTL ({max:?} for a TTL of {ttl:?})"
+    )]
+    NodeTimeoutOutOfRange {
+        /// The configured per-node timeout.
+        node_timeout: Duration,
+        /// The TTL it is compared with.
+        ttl: Duration,
+        /// The largest accepted value for this TTL.
+        max: Duration,
+    },
+    /// The connect timeout is zero.
+    #[error("`connect_timeout` is {value:?}: it must be above zero")]
+    ConnectTimeoutZero {
+        /// The configured value.
+        value: Duration,
+    },
+    /// The drift factor is not a finite number in `[0, 1)`.
+    #[error("`drift_factor` is {value}: it must be a finite number from 0 up to (not including) 1")]
+    DriftFactorOutOfRange {
+        /// The configured factor.
+        value: f64,
+    },
+    /// TTL minus the drift allowance is not above the minimum validity.
+    #[error(
+        "`drift_factor` {drift_factor} leaves no validity: a TTL of {ttl:?} minus its drift allowance of {drift:?} is not above `min_validity` ({min_validity:?})"
+    )]
+    NoValidityLeft {
+        /// The TTL.
+        ttl: Duration,
+        /// The configured drift factor.
+        drift_factor: f64,
+        /// The resulting allowance (`ttl × drift_factor + 2 ms`).
+        drift: Duration,
+        /// The configured minimum validity.
+        min_validity: Duration,
+    },
+    /// A retry setting that cannot work.
+    #[error("`retry.{field}` is {value}: {reason}")]
+    InvalidRetry {
+        /// The retry field.
+        field: &'static str,
+        /// The configured value.
+        value: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+}
+
+/// What kind of failure one node had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// No connection: refused, reset, closed, or the connect failed.
+    Unreachable,
+    /// No answer within the per-node timeout (e.g. a paused server).
+    Timeout,
+    /// Authentication or permission failure (`NOAUTH`, `WRONGPASS`, `NOPERM`).
+    Auth,
+    /// The lock key holds a value of another type (`WRONGTYPE`).
+    WrongType,
+    /// The node is a read-only replica (`READONLY`).
+    ReadOnly,
+    /// The server is loading its dataset or busy running a script.
+    Busy,
+    /// The server answered something the lock scripts never return.
+    UnexpectedReply,
+    /// Any other error.
+    Other,
+}
+
+impl fmt::Display for NodeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NodeErrorKind::Unreachable => "unreachable",
+            NodeErrorKind::Timeout => "timed out",
+            NodeErrorKind::Auth => "authentication failed",
+            NodeErrorKind::WrongType => "lock key holds a value of the wrong type",
+            NodeErrorKind::ReadOnly => "node is a read-only replica",
+            NodeErrorKind::Busy => "node is loading or busy",
+            NodeErrorKind::UnexpectedReply => "unexpected reply",
+            NodeErrorKind::Other => "error",
+        })
+    }
+}
+
+/// One node's failure, with the node named.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{node}: {kind}: {detail}")]
+pub struct NodeError {
+    node: Arc<str>,
+    kind: NodeErrorKind,
+    detail: String,
+}
+
+impl NodeError {
+    pub(crate) fn new(node: &Arc<str>, kind: NodeErrorKind, detail: impl Into<String>) -> Self {
+        NodeError {
+            node: Arc::clone(node),
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// The node's URL as configured (password elided).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The class of failure.
+    pub fn kind(&self) -> NodeErrorKind {
+        self.kind
+    }
+
+    /// The underlying message (server reply or I/O error).
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// What one node said during an attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// The node took our token.
+    Won,
+    /// Another owner holds the key here, for `pttl` more (`None`: no expiry).
+    HeldByOther {
+        /// The key's remaining time to live on this node.
+        pttl: Option<Duration>,
+    },
+    /// Our token is not on this node (expired, deleted, or another owner's).
+    NotHeld,
+    /// The node failed.
+    Failed(NodeError),
+    /// The attempt was decided before this node answered. Its request may
+    /// still land; a rollback or release is sent to it all the same.
+    NoReplyBeforeDecision,
+}
+
+/// One node's outcome in an attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeReport {
+    /// The node's URL.
+    pub node: String,
+    /// What it said.
+    pub outcome: NodeOutcome,
+}
+
+/// The per-node outcomes of one attempt, printed one node after another.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeReports(pub Vec<NodeReport>);
+
+impl fmt::Display for NodeReports {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            match &r.outcome {
+                NodeOutcome::Won => write!(f, "{}: won", r.node)?,
+                NodeOutcome::HeldByOther { pttl: Some(p) } => {
+                    write!(f, "{}: held by another for {p:?}", r.node)?
+                }
+                NodeOutcome::HeldByOther { pttl: None } => {
+                    write!(f, "{}: held by another, no expiry", r.node)?
+                }
+                NodeOutcome::NotHeld => write!(f, "{}: our token is gone", r.node)?,
+                NodeOutcome::Failed(e) => write!(f, "{e}")?,
+                NodeOutcome::NoReplyBeforeDecision => {
+                    write!(f, "{}: no reply before the decision", r.node)?
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NodeReports {
+    /// The failures among the outcomes.
+    pub fn errors(&self) -> impl Iterator<Item = &NodeError> {
+        self.0.iter().filter_map(|r| match &r.outcome {
+            NodeOutcome::Failed(e) => Some(e),
+            _ => None,
+        })
+    }
+}
+
+/// Why a guard no longer holds its lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The validity deadline passed.
+    ValidityExpired,
+    /// Too few nodes still carry our token for a quorum.
+    KeysGone(NodeReports),
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::ValidityExpired => f.write_str("its validity deadline has passed"),
+            LostReason::KeysGone(nodes) => {
+                write!(f, "too few nodes still hold our token ({nodes})")
+            }
+        }
+    }
+}
+
+/// Errors of lock operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration cannot work.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// Another owner holds the lock on enough nodes that no quorum is possible.
+    #[error("lock {key:?} is held by another owner{}", free_in_text(*.free_in))]
+    Contended {
+        /// The lock name.
+        key: String,
+        /// When enough nodes should free up for a quorum, from the holders'
+        /// remaining TTLs (`None`: a key without expiry blocks it).
+        free_in: Option<Duration>,
+        /// Each node's outcome.
+        nodes: NodeReports,
+    },
+    /// Too few nodes answered "won" (node errors, timeouts, contention mixed).
+    #[error("lock {key:?}: quorum not reached: {won} of the {required} nodes needed ({nodes})")]
+    QuorumNotReached {
+        /// The lock name.
+        key: String,
+        /// Nodes the policy needed.
+        required: usize,
+        /// Nodes won.
+        won: usize,
+        /// Each node's outcome.
+        nodes: NodeReports,
+    },
+    /// A quorum was won, but too slowly: the validity left was not above the
+    /// configured minimum, so the attempt was rolled back.
+    #[error(
+        "lock {key:?}: quorum won but the attempt took {elapsed:?}, leaving {validity:?} of validity (minimum {min_validity:?})"
+    )]
+    ValidityUsedUp {
+        /// The lock name.
+        key: String,
+        /// How long the attempt took.
+        elapsed: Duration,
+        /// The validity it left.
+        validity: Duration,
+        /// The configured minimum.
+        min_validity: Duration,
+    },
+    /// `acquire` ran out of wait budget (or attempts) without winning.
+    #[error("lock {key:?}: gave up after {attempts} attempts in {waited:?}: {last}")]
+    WaitBudgetExhausted {
+        /// The lock name.
+        key: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Time spent.
+        waited: Duration,
+        /// The last attempt's error.
+        last: Box<Error>,
+    },
+    /// The lock can no longer be proven held.
+    #[error("lock {key:?} lost: {reason}")]
+    Lost {
+        /// The lock name.
+        key: String,
+        /// Why.
+        reason: LostReason,
+    },
+}
+
+fn free_in_text(free_in: Option<Duration>) -> String {
+    match free_in {
+        Some(d) => format!(" (a quorum may free up in {d:?})"),
+        None => " (a holder's key has no expiry)".to_string(),
+    }
+}
+
+impl Error {
+    /// Whether another attempt could succeed (contention, missing quorum,
+    /// slow attempt), as opposed to a configuration error.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Contended { .. } | Error::QuorumNotReached { .. } | Error::ValidityUsedUp { .. }
+        )
+    }
+
+    /// The per-node outcomes, for errors that have them (looking through
+    /// [`Error::WaitBudgetExhausted`] to its last attempt).
+    pub fn node_reports(&self) -> Option<&NodeReports> {
+        match self {
+            Error::Contended { nodes, .. } | Error::QuorumNotReached { nodes, .. } => Some(nodes),
+            Error::Lost {
+                reason: LostReason::KeysGone(nodes),
+                ..
+            } => Some(nodes),
+            Error::WaitBudgetExhausted { last, .. } => last.node_reports(),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Distributed locks over N independent Redis masters that stay safe when
+//! servers fail.
+//!
+//! A lock on one Redis key breaks when its master fails over to a replica
+//! that never saw the key: a second client then gets the "same" lock while
+//! the first still works. `quorumlock` locks on N independent masters
+//! ("nodes") at once and counts the lock as held only when a quorum of them
+//! agreed, within a time budget: the Redlock algorithm, done concurrently and
+//! with every edge case (rollback, late replies, lost scripts, paused nodes)
+//! handled.
+//!
+//! # From the top
+//!
+//! * [`LockConfig`] holds the nodes, the TTL, the [`Quorum`] policy, the drift
+//!   factor, the per-node timeout and the [`RetryPolicy`]; its builder rejects
+//!   settings that cannot work with a [`ConfigError`] naming field and value.
+//! * [`MultiLock`] sends the acquire script to every node at once and decides
+//!   as soon as the quorum is won or out of reach, never waiting on a slow
+//!   node. A lost attempt is rolled back on every node it may have written to.
+//! * [`LockGuard`] is what a win gives you: the *validity* (`ttl − elapsed −
+//!   drift`) during which you may assume exclusivity, [`LockGuard::extend`],
+//!   and [`LockGuard::release`], which reports what each node did.
+//! * [`Error`] separates contention ([`Error::Contended`], with how long the
+//!   holder still has) from missing nodes ([`Error::QuorumNotReached`], with
+//!   each node's [`NodeError`]) and from a win that came too late.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let testbed = quorumlock_testbed::Testbed::start(5)?;
+//! use std::time::Duration;
+//! use quorumlock::{Error, LockConfig, MultiLock, Quorum};
+//!
+//! let config = LockConfig::builder()
+//!     .nodes(testbed.urls())              // five independent masters
+//!     .quorum(Quorum::Majority)           // three must agree
+//!     .ttl(Duration::from_secs(10))
+//!     .build()?;
+//! let lock = MultiLock::new(config);
+//!
+//! let guard = lock.acquire("payment:4711", Duration::from_secs(1)).await?;
+//! // A second owner is refused while the first holds the lock.
+//! match lock.try_acquire("payment:4711").await {
+//!     Err(Error::Contended { free_in, .. }) => assert!(free_in.is_some()),
+//!     other => panic!("expected contention, got {other:?}"),
+//! }
+//! assert!(guard.validity() > Duration::from_secs(9));
+//! guard.release().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Safety
+//!
+//! * Every write to a lock key is a Lua script conditional on the owner
+//!   token (128 random bits from the OS): no client deletes or extends a
+//!   lock it does not own.
+//! * Deadlines use `CLOCK_BOOTTIME` on Linux, which keeps counting while the
+//!   host is suspended, as the nodes' expiry clocks do. On other platforms
+//!   the monotonic clock is used; where it stops during suspend, a guard
+//!   that resumes after a sleep may believe its deadline is further away
+//!   than the nodes do.
+//! * Each node has one ordered connection, so a rollback or release can
+//!   never overtake its own acquire on a node.
+//! * A guard never reports itself held past its deadline, and is never
+//!   turned back from not held to held.
+//!
+//! What the algorithm cannot give: exclusivity against a holder that pauses
+//! (GC, swap, a stopped VM) past its validity. Protect the resource with
+//! fencing tokens for that. A node that restarts without persistence must
+//! stay down for at least the TTL before rejoining.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod clock;
+mod config;
+mod error;
+mod fanout;
+mod guard;
+mod lock;
+mod node;
+mod quorum;
+mod retry;
+mod scripts;
+
+pub use clock::Stamp;
+pub use config::{LockConfig, LockConfigBuilder};
+pub use error::{
+    ConfigError, Error, LostReason, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports,
+};
+pub use guard::{Hold, LockGuard, ReleaseReport};
+pub use lock::MultiLock;
+pub use quorum::Quorum;
+pub use retry::RetryPolicy;

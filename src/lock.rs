@@ -1,0 +1,409 @@
+//! [`MultiLock`]: one lock service over N independent Redis masters.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::clock::Stamp;
+use crate::config::LockConfig;
+use crate::error::{Error, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
+use crate::fanout::{End, fan_out};
+use crate::guard::{Hold, LockGuard, ReleaseReport};
+use crate::node::{AcquireReply, Node};
+use crate::quorum::{self, Decision, Tally, Vote};
+
+/// A distributed lock service over N independent Redis masters ("nodes").
+///
+/// An acquire sends the acquire script to every node at once, each request
+/// bounded by the node timeout, and decides as soon as the quorum is reached
+/// or can no longer be reached: a paused or dead node never delays it. A win
+/// leaves the holder a *validity* of `ttl − elapsed − drift`; a loss rolls
+/// back every node the attempt may have written to.
+///
+/// `MultiLock` is cheap to clone (one `Arc`): clones share the node
+/// connections. Connections are made lazily on first use and re-made after a
+/// failure, so a lock can be built while some nodes are down. It needs a
+/// Tokio runtime with the time driver enabled.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let urls = testbed.urls();
+/// use std::time::Duration;
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// let lock = MultiLock::new(LockConfig::builder().nodes(urls).ttl(Duration::from_secs(10)).build()?);
+/// let guard = lock.acquire("nightly-report", Duration::from_secs(2)).await?;
+/// assert!(guard.is_held());
+/// // ... work that must not run twice at once, within guard.validity() ...
+/// let report = guard.release().await;
+/// assert!(report.was_held);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct MultiLock {
+    shared: Arc<LockShared>,
+}
+
+/// What a lock and its guards share.
+pub(crate) struct LockShared {
+    pub(crate) config: LockConfig,
+    pub(crate) nodes: Vec<Arc<Node>>,
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: Vec<&str> = self.shared.nodes.iter().map(|n| &**n.name()).collect();
+        f.debug_struct("MultiLock")
+            .field("nodes", &nodes)
+            .field("quorum", &self.shared.config.quorum)
+            .field("ttl", &self.shared.config.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiLock {
+    /// A lock over the configured nodes. Connects lazily; see
+    /// [`warm_up`](Self::warm_up) to connect ahead of the first acquire.
+    pub fn new(config: LockConfig) -> MultiLock {
+        let nodes = config
+            .nodes
+            .iter()
+            .map(|n| Arc::new(Node::new(n.client.clone(), config.connect_timeout)))
+            .collect();
+        MultiLock {
+            shared: Arc::new(LockShared { config, nodes }),
+        }
+    }
+
+    /// The settings this lock runs with.
+    pub fn config(&self) -> &LockConfig {
+        &self.shared.config
+    }
+
+    /// Connects to every node now, concurrently, and reports each node's
+    /// result (in configuration order). Optional: acquires connect on demand.
+    pub async fn warm_up(&self) -> Vec<Result<(), NodeError>> {
+        join_all(self.shared.nodes.iter().map(|n| n.ensure_connected())).await
+    }
+
+    /// One attempt to take the lock named `key`.
+    ///
+    /// Returns the guard when the quorum was won with more than the minimum
+    /// validity left, [`Error::Contended`] when other owners hold enough
+    /// nodes, [`Error::QuorumNotReached`] when too few nodes answered "won",
+    /// or [`Error::ValidityUsedUp`] when the win came too late. On every
+    /// failure the attempt is rolled back: the release script goes to every
+    /// node the attempt may have written to, queued behind the attempt's own
+    /// request on that node's connection.
+    ///
+    /// Cancel safety: dropping the future before it completes leaks at most
+    /// keys that expire by their TTL; no guard believes it holds them.
+    pub async fn try_acquire(&self, key: &str) -> Result<LockGuard, Error> {
+        self.attempt(&Arc::from(key)).await
+    }
+
+    /// Takes the lock named `key`, retrying with jittered backoff (see
+    /// [`RetryPolicy`](crate::RetryPolicy)) until it is won, the wait budget
+    /// is spent, or the attempt limit is reached. The last attempt starts
+    /// before the budget runs out, so the call can overrun it by at most one
+    /// attempt (about one node timeout). Errors other than contention or a
+    /// missed quorum are returned at once.
+    ///
+    /// Cancel safety: as for [`try_acquire`](Self::try_acquire).
+    pub async fn acquire(&self, key: &str, wait: Duration) -> Result<LockGuard, Error> {
+        let key: Arc<str> = Arc::from(key);
+        let began = Instant::now();
+        let budget_end = began + wait;
+        let retry = &self.shared.config.retry;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let error = match self.attempt(&key).await {
+                Ok(guard) => return Ok(guard),
+                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            let out_of_attempts = retry.get_max_attempts().is_some_and(|max| attempts >= max);
+            if out_of_attempts || now >= budget_end {
+                return Err(Error::WaitBudgetExhausted {
+                    key: key.to_string(),
+                    attempts,
+                    waited: now - began,
+                    last: Box::new(error),
+                });
+            }
+            let pause = retry
+                .delay(attempts, rand::random::<f64>())
+                .min(budget_end - now);
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    async fn attempt(&self, key: &Arc<str>) -> Result<LockGuard, Error> {
+        let span = tracing::debug_span!(
+            "acquire",
+            key = %key,
+            nodes = self.shared.nodes.len(),
+            won = Empty,
+            elapsed_us = Empty,
+            validity_ms = Empty,
+        );
+        self.shared.attempt(key).instrument(span).await
+    }
+}
+
+impl LockShared {
+    /// One acquire attempt, following DESIGN.md "The acquire path".
+    async fn attempt(self: &Arc<Self>, key: &Arc<str>) -> Result<LockGuard, Error> {
+        let config = &self.config;
+        let n = self.nodes.len();
+        let token = new_token();
+        let ttl_ms = ttl_millis(config.ttl);
+        let mut tally = Tally::new(n, config.required_nodes());
+        let mut replies: Vec<Option<Result<AcquireReply, NodeError>>> =
+            (0..n).map(|_| None).collect();
+
+        // The clock starts before the first request leaves.
+        let start = Stamp::now();
+        let end = fan_out(
+            n,
+            Instant::now() + config.node_timeout,
+            |i| self.nodes[i].acquire(Arc::clone(key), Arc::clone(&token), ttl_ms),
+            |i, reply| {
+                tally.record(match &reply {
+                    Ok(AcquireReply::Won) => Vote::Won,
+                    Ok(AcquireReply::Held { .. }) => Vote::Contended,
+                    Err(_) => Vote::Failed,
+                });
+                replies[i] = Some(reply);
+                tally.decision() != Decision::Pending
+            },
+        )
+        .await;
+        let elapsed = start.elapsed();
+        let validity = quorum::validity(config.ttl, elapsed, config.drift_factor);
+
+        let span = tracing::Span::current();
+        span.record("won", tally.won());
+        span.record("elapsed_us", elapsed.as_micros() as u64);
+        span.record("validity_ms", validity.as_millis() as u64);
+
+        if tally.decision() == Decision::Won && validity > config.min_validity {
+            let deadline = start.after(
+                config
+                    .ttl
+                    .saturating_sub(quorum::drift(config.ttl, config.drift_factor)),
+            );
+            let holds = replies
+                .iter()
+                .map(|r| match r {
+                    Some(Ok(AcquireReply::Won)) => Hold::Held,
+                    None => Hold::Unknown,
+                    Some(_) => Hold::NotHeld,
+                })
+                .collect();
+            tracing::debug!(won = tally.won(), ?validity, "acquired");
+            return Ok(LockGuard::new(
+                Arc::clone(self),
+                Arc::clone(key),
+                token,
+                deadline,
+                holds,
+            ));
+        }
+
+        // Lost (or won too late): roll back everywhere our request may have
+        // written, i.e. every node except those that answered "held by
+        // another" (the script writes nothing then).
+        let may_have_written: Vec<bool> = replies
+            .iter()
+            .map(|r| !matches!(r, Some(Ok(AcquireReply::Held { .. }))))
+            .collect();
+        let answered: Vec<bool> = replies.iter().map(Option::is_some).collect();
+        self.rollback(key, &token, &may_have_written, &answered)
+            .await;
+
+        if tally.decision() == Decision::Won {
+            return Err(Error::ValidityUsedUp {
+                key: key.to_string(),
+                elapsed,
+                validity,
+                min_validity: config.min_validity,
+            });
+        }
+        let nodes = self.reports(&mut replies, end);
+        if tally.blocked_by_contention() {
+            let mut pttls: Vec<Option<Duration>> = nodes
+                .0
+                .iter()
+                .filter_map(|r| match r.outcome {
+                    NodeOutcome::HeldByOther { pttl } => Some(pttl),
+                    _ => None,
+                })
+                .collect();
+            let free_in = quorum::free_in(n, tally.required(), &mut pttls);
+            tracing::debug!(contended = tally.contended(), ?free_in, "contended");
+            Err(Error::Contended {
+                key: key.to_string(),
+                free_in,
+                nodes,
+            })
+        } else {
+            tracing::debug!(
+                won = tally.won(),
+                required = tally.required(),
+                "quorum not reached"
+            );
+            Err(Error::QuorumNotReached {
+                key: key.to_string(),
+                required: tally.required(),
+                won: tally.won(),
+                nodes,
+            })
+        }
+    }
+
+    /// Releases a failed attempt's token. Nodes that answered are
+    /// responsive: wait for their release (one round trip) so the next
+    /// attempt finds them clean. Nodes that did not answer may still run our
+    /// acquire later; their release is queued behind it and a background
+    /// task sees it through.
+    async fn rollback(
+        &self,
+        key: &Arc<str>,
+        token: &Arc<str>,
+        may_have_written: &[bool],
+        answered: &[bool],
+    ) {
+        let release = |i: usize| self.nodes[i].release(Arc::clone(key), Arc::clone(token));
+        let targets = (0..self.nodes.len()).filter(|&i| may_have_written[i]);
+        let (now, later): (Vec<usize>, Vec<usize>) = targets.partition(|&i| answered[i]);
+        if !later.is_empty() {
+            let pending = join_all(later.into_iter().map(&release));
+            let bound = self.config.connect_timeout + self.config.node_timeout;
+            tokio::spawn(async move {
+                if tokio::time::timeout(bound, pending).await.is_err() {
+                    tracing::debug!(
+                        "rollback on an unresponsive node still queued; the key expires by its TTL"
+                    );
+                }
+            });
+        }
+        if !now.is_empty() {
+            let done = tokio::time::timeout(
+                self.config.node_timeout,
+                join_all(now.into_iter().map(&release)),
+            )
+            .await;
+            for error in done.iter().flatten().filter_map(|r| r.as_ref().err()) {
+                tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
+            }
+        }
+    }
+
+    /// Sends the release script to every node and waits for each answer up
+    /// to the node timeout.
+    pub(crate) async fn release_everywhere(
+        &self,
+        key: &Arc<str>,
+        token: &Arc<str>,
+    ) -> ReleaseReport {
+        let n = self.nodes.len();
+        let mut report = ReleaseReport {
+            released: 0,
+            not_held: 0,
+            failed: Vec::new(),
+            was_held: false,
+        };
+        let mut answered = vec![false; n];
+        let end = fan_out(
+            n,
+            Instant::now() + self.config.node_timeout,
+            |i| self.nodes[i].release(Arc::clone(key), Arc::clone(token)),
+            |i, reply| {
+                answered[i] = true;
+                match reply {
+                    Ok(true) => report.released += 1,
+                    Ok(false) => report.not_held += 1,
+                    Err(e) => report.failed.push(e),
+                }
+                false
+            },
+        )
+        .await;
+        if end == End::DeadlinePassed {
+            for (node, _) in self.nodes.iter().zip(&answered).filter(|(_, a)| !**a) {
+                report.failed.push(self.timeout_error(node));
+            }
+        }
+        report
+    }
+
+    /// Per-node outcomes for an error report.
+    pub(crate) fn reports<T>(
+        &self,
+        replies: &mut [Option<Result<T, NodeError>>],
+        end: End,
+    ) -> NodeReports
+    where
+        T: Into<NodeOutcome>,
+    {
+        let reports = self
+            .nodes
+            .iter()
+            .zip(replies.iter_mut())
+            .map(|(node, reply)| NodeReport {
+                node: node.name().to_string(),
+                outcome: match reply.take() {
+                    Some(Ok(r)) => r.into(),
+                    Some(Err(e)) => NodeOutcome::Failed(e),
+                    None if end == End::DeadlinePassed => {
+                        NodeOutcome::Failed(self.timeout_error(node))
+                    }
+                    None => NodeOutcome::NoReplyBeforeDecision,
+                },
+            })
+            .collect();
+        NodeReports(reports)
+    }
+
+    fn timeout_error(&self, node: &Node) -> NodeError {
+        NodeError::new(
+            node.name(),
+            NodeErrorKind::Timeout,
+            format!(
+                "no reply within the node timeout of {:?}",
+                self.config.node_timeout
+            ),
+        )
+    }
+}
+
+impl From<AcquireReply> for NodeOutcome {
+    fn from(reply: AcquireReply) -> NodeOutcome {
+        match reply {
+            AcquireReply::Won => NodeOutcome::Won,
+            AcquireReply::Held { pttl } => NodeOutcome::HeldByOther { pttl },
+        }
+    }
+}
+
+/// A fresh owner token: 128 random bits from the OS (UUID v4), as 32 hex digits.
+fn new_token() -> Arc<str> {
+    let mut buf = uuid::Uuid::encode_buffer();
+    Arc::from(&*uuid::Uuid::new_v4().simple().encode_lower(&mut buf))
+}
+
+/// The TTL in whole milliseconds for `PX`/`PEXPIRE` (validated to fit).
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,306 @@
+//! One independent Redis master: its connection, the script calls made on
+//! it, and the classification of its errors.
+//!
+//! Each node has **one** multiplexed connection. Commands on it reach the
+//! server in the order their futures were first polled, and a command whose
+//! future is dropped after that first poll is still sent. That is what keeps
+//! a rollback or release from overtaking its own acquire on a node (DESIGN.md,
+//! safety rule 5): the release is only created after the acquire's future was
+//! polled, so it queues behind it on the same socket. A connection pool would
+//! lose this ordering.
+//!
+//! Connecting runs in a spawned task shared by every caller, so a node that is
+//! slow to accept (paused, far away) costs each caller at most its own
+//! deadline, and the connect completes for the next caller when it can.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, RedisError, Value,
+};
+
+use crate::error::{NodeError, NodeErrorKind};
+use crate::scripts::{self, Script};
+
+type Connect = Shared<BoxFuture<'static, Result<(MultiplexedConnection, u64), NodeError>>>;
+
+enum Slot {
+    Idle,
+    Connecting(Connect),
+    Ready {
+        conn: MultiplexedConnection,
+        generation: u64,
+    },
+}
+
+/// A node of the lock: one Redis master.
+pub(crate) struct Node {
+    name: Arc<str>,
+    client: Client,
+    connect_timeout: Duration,
+    slot: Mutex<Slot>,
+    generations: AtomicU64,
+}
+
+/// A node's answer to the acquire script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The node holds our token now.
+    Won,
+    /// Another owner holds it for `pttl` more (`None`: no expiry).
+    Held { pttl: Option<Duration> },
+}
+
+impl Node {
+    pub(crate) fn new(client: Client, connect_timeout: Duration) -> Node {
+        Node {
+            name: display_name(client.get_connection_info()).into(),
+            client,
+            connect_timeout,
+            slot: Mutex::new(Slot::Idle),
+            generations: AtomicU64::new(0),
+        }
+    }
+
+    /// The node's address as shown in reports (no credentials).
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Runs the acquire script.
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        key: Arc<str>,
+        token: Arc<str>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
+        let node = Arc::clone(self);
+        async move {
+            match node
+                .eval(&scripts::ACQUIRE, &key, &token, Some(ttl_ms))
+                .await?
+            {
+                Value::Okay => Ok(AcquireReply::Won),
+                Value::Int(ms) if ms >= 0 => Ok(AcquireReply::Held {
+                    pttl: Some(Duration::from_millis(ms as u64)),
+                }),
+                // -1: the holder set no expiry. (-2, "no key", cannot happen: we just read it.)
+                Value::Int(_) => Ok(AcquireReply::Held { pttl: None }),
+                other => Err(node.unexpected(other)),
+            }
+        }
+    }
+
+    /// Runs the compare-and-delete script; `true` when our key was deleted.
+    pub(crate) fn release(
+        self: &Arc<Self>,
+        key: Arc<str>,
+        token: Arc<str>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        let node = Arc::clone(self);
+        async move {
+            let reply = node.eval(&scripts::RELEASE, &key, &token, None).await?;
+            node.flag(reply)
+        }
+    }
+
+    /// Runs the compare-and-expire script; `true` when our key got the new TTL.
+    pub(crate) fn extend(
+        self: &Arc<Self>,
+        key: Arc<str>,
+        token: Arc<str>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        let node = Arc::clone(self);
+        async move {
+            let reply = node
+                .eval(&scripts::EXTEND, &key, &token, Some(ttl_ms))
+                .await?;
+            node.flag(reply)
+        }
+    }
+
+    /// Connects now if not connected (used to warm up a lock).
+    pub(crate) async fn ensure_connected(self: &Arc<Self>) -> Result<(), NodeError> {
+        self.connection().await.map(|_| ())
+    }
+
+    fn flag(&self, reply: Value) -> Result<bool, NodeError> {
+        match reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    fn unexpected(&self, reply: Value) -> NodeError {
+        NodeError::new(
+            &self.name,
+            NodeErrorKind::UnexpectedReply,
+            format!("{reply:?}"),
+        )
+    }
+
+    /// `EVALSHA`, falling back to `EVAL` (which also caches the script) when
+    /// the server lost its script cache (restart, `SCRIPT FLUSH`). The
+    /// fallback is sent only while this future is alive, so a fan-out that
+    /// has already decided and dropped it never sends a late second command.
+    async fn eval(
+        self: &Arc<Self>,
+        script: &Script,
+        key: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<Value, NodeError> {
+        let (mut conn, generation) = self.connection().await?;
+        let build = |verb: &str, script_ref: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(script_ref).arg(1).arg(key).arg(token);
+            if let Some(ttl) = ttl_ms {
+                cmd.arg(ttl);
+            }
+            cmd
+        };
+        match self
+            .send(&mut conn, generation, &build("EVALSHA", &script.sha))
+            .await
+        {
+            Err(e) if e.code() == Some("NOSCRIPT") => self
+                .send(&mut conn, generation, &build("EVAL", script.body))
+                .await
+                .map_err(|e| self.error(&e)),
+            result => result.map_err(|e| self.error(&e)),
+        }
+    }
+
+    async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+        generation: u64,
+        cmd: &Cmd,
+    ) -> Result<Value, RedisError> {
+        match conn.send_packed_command(cmd).await {
+            Ok(Value::ServerError(e)) => Err(e.into()),
+            Ok(v) => Ok(v),
+            Err(e) => {
+                if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
+                    self.forget(generation);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The current connection, connecting (once, shared) if there is none.
+    async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64), NodeError> {
+        let connect = {
+            let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            match &*slot {
+                Slot::Ready { conn, generation } => return Ok((conn.clone(), *generation)),
+                Slot::Connecting(connect) => connect.clone(),
+                Slot::Idle => {
+                    let connect = self.spawn_connect();
+                    *slot = Slot::Connecting(connect.clone());
+                    connect
+                }
+            }
+        };
+        connect.await
+    }
+
+    fn spawn_connect(self: &Arc<Self>) -> Connect {
+        let node = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            // Our own deadlines bound every call, so the crate's response
+            // timeout is off; the connect itself is bounded here.
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(node.connect_timeout))
+                .set_response_timeout(None);
+            let result = node
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await;
+            let mut slot = node.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            match result {
+                Ok(conn) => {
+                    let generation = node.generations.fetch_add(1, Ordering::Relaxed) + 1;
+                    *slot = Slot::Ready {
+                        conn: conn.clone(),
+                        generation,
+                    };
+                    tracing::debug!(node = %node.name, generation, "connected");
+                    Ok((conn, generation))
+                }
+                Err(e) => {
+                    *slot = Slot::Idle;
+                    Err(node.error(&e))
+                }
+            }
+        });
+        let name = Arc::clone(&self.name);
+        async move {
+            task.await.unwrap_or_else(|e| {
+                Err(NodeError::new(
+                    &name,
+                    NodeErrorKind::Unreachable,
+                    format!("connect task ended: {e}"),
+                ))
+            })
+        }
+        .boxed()
+        .shared()
+    }
+
+    /// Drops a connection that failed, unless it was already replaced.
+    fn forget(&self, generation: u64) {
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(&*slot, Slot::Ready { generation: g, .. } if *g == generation) {
+            *slot = Slot::Idle;
+        }
+    }
+
+    fn error(&self, e: &RedisError) -> NodeError {
+        NodeError::new(&self.name, classify(e), e.to_string())
+    }
+}
+
+/// Sorts a Redis error into the classes a caller can act on.
+pub(crate) fn classify(e: &RedisError) -> NodeErrorKind {
+    match e.code() {
+        Some("WRONGTYPE") => return NodeErrorKind::WrongType,
+        Some("READONLY") => return NodeErrorKind::ReadOnly,
+        Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return NodeErrorKind::Auth,
+        Some("LOADING" | "BUSY" | "MASTERDOWN") => return NodeErrorKind::Busy,
+        _ => {}
+    }
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        NodeErrorKind::Auth
+    } else if e.is_timeout() {
+        NodeErrorKind::Timeout
+    } else if e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error() {
+        NodeErrorKind::Unreachable
+    } else {
+        NodeErrorKind::Other
+    }
+}
+
+/// `redis://host:port[/db]`, without credentials, for reports and logs.
+fn display_name(info: &ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    let db = if db == 0 {
+        String::new()
+    } else {
+        format!("/{db}")
+    };
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}{db}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}{db}"),
+        other => format!("{other}{db}"),
+    }
+}

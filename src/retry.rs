@@ -1,0 +1,193 @@
+//! When to try again after a failed attempt: capped exponential backoff with
+//! jitter, so that contending clients spread out instead of colliding in step.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// How [`MultiLock::acquire`](crate::MultiLock::acquire) spaces its attempts.
+///
+/// Attempt `k` (from 1) is followed by a pause of
+/// `min(max_delay, base_delay × 2^(k−1))`, of which a random share up to
+/// `jitter` is taken off. Attempts stop when the caller's wait budget is
+/// spent or after `max_attempts`, whichever comes first.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::RetryPolicy;
+///
+/// let retry = RetryPolicy::default()
+///     .base_delay(Duration::from_millis(5))
+///     .max_delay(Duration::from_millis(100))
+///     .jitter(0.5)
+///     .max_attempts(20);
+/// assert_eq!(retry.get_max_attempts(), Some(20));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryPolicy {
+    max_attempts: Option<u32>,
+    base_delay: Duration,
+    max_delay: Duration,
+    jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    /// No attempt limit (the wait budget decides), 10 ms base delay doubling
+    /// up to 200 ms, half of each delay randomised.
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: None,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(200),
+            jitter: 0.5,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Stop after this many attempts even if wait budget is left (at least 1).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// The pause after the first failed attempt (above zero).
+    pub fn base_delay(mut self, delay: Duration) -> Self {
+        self.base_delay = delay;
+        self
+    }
+
+    /// The longest pause between two attempts (at least `base_delay`).
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.max_delay = delay;
+        self
+    }
+
+    /// The share of each pause that is randomised, from 0 (none) to 1 (all).
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The attempt limit, if any.
+    pub fn get_max_attempts(&self) -> Option<u32> {
+        self.max_attempts
+    }
+
+    /// The pause after the first failed attempt.
+    pub fn get_base_delay(&self) -> Duration {
+        self.base_delay
+    }
+
+    /// The longest pause.
+    pub fn get_max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
+    /// The randomised share of each pause.
+    pub fn get_jitter(&self) -> f64 {
+        self.jitter
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, value: String, reason| {
+            Err(ConfigError::InvalidRetry {
+                field,
+                value,
+                reason,
+            })
+        };
+        if self.max_attempts == Some(0) {
+            return bad("max_attempts", "0".into(), "at least one attempt is needed");
+        }
+        if self.base_delay.is_zero() {
+            return bad(
+                "base_delay",
+                "0ns".into(),
+                "a zero delay makes waiters spin",
+            );
+        }
+        if self.max_delay < self.base_delay {
+            return bad(
+                "max_delay",
+                format!("{:?}", self.max_delay),
+                "must be at least base_delay",
+            );
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return bad(
+                "jitter",
+                self.jitter.to_string(),
+                "must be a number from 0 to 1",
+            );
+        }
+        Ok(())
+    }
+
+    /// The pause after failed attempt `attempt` (counting from 1), given a
+    /// uniform random `unit` in `[0, 1)`.
+    pub(crate) fn delay(&self, attempt: u32, unit: f64) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(31);
+        let full = self
+            .base_delay
+            .saturating_mul(1 << doublings)
+            .min(self.max_delay);
+        full.mul_f64(1.0 - self.jitter * unit.clamp(0.0, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn doubles_up_to_the_cap() {
+        let p = RetryPolicy::default().jitter(0.0);
+        let got: Vec<u128> = (1..=7).map(|k| p.delay(k, 0.9).as_millis()).collect();
+        assert_eq!(got, vec![10, 20, 40, 80, 160, 200, 200]);
+    }
+
+    #[test]
+    fn rejects_bad_values_naming_them() {
+        let cases = [
+            (RetryPolicy::default().max_attempts(0), "max_attempts"),
+            (
+                RetryPolicy::default().base_delay(Duration::ZERO),
+                "base_delay",
+            ),
+            (
+                RetryPolicy::default().max_delay(Duration::from_millis(1)),
+                "max_delay",
+            ),
+            (RetryPolicy::default().jitter(f64::NAN), "jitter"),
+            (RetryPolicy::default().jitter(1.5), "jitter"),
+        ];
+        for (policy, field) in cases {
+            match policy.validate() {
+                Err(ConfigError::InvalidRetry { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected InvalidRetry, got {other:?}"),
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn delay_stays_within_its_band(
+            base in 1u64..1000, extra in 0u64..10_000, jitter in 0.0f64..=1.0,
+            attempt in 1u32..200, unit in 0.0f64..1.0,
+        ) {
+            let p = RetryPolicy::default()
+                .base_delay(Duration::from_micros(base))
+                .max_delay(Duration::from_micros(base + extra))
+                .jitter(jitter);
+            prop_assert!(p.validate().is_ok());
+            let d = p.delay(attempt, unit);
+            let full = p.delay(attempt, 0.0);
+            prop_assert!(d <= full);
+            prop_assert!(full <= p.get_max_delay());
+            prop_assert!(d.as_secs_f64() >= full.as_secs_f64() * (1.0 - jitter) - 1e-9);
+            prop_assert!(p.delay(attempt + 1, 0.0) >= full, "the ceiling never shrinks");
+        }
+    }
+}

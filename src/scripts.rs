@@ -1,0 +1,46 @@
+//! The Lua scripts that touch lock keys. Every write is conditional on the
+//! owner token inside one script, so no client can delete or extend a lock it
+//! does not own (DESIGN.md, safety rule 2).
+
+use std::sync::LazyLock;
+
+/// A Lua script with its SHA1, sent by `EVALSHA` with an `EVAL` fallback.
+pub(crate) struct Script {
+    pub(crate) body: &'static str,
+    pub(crate) sha: String,
+}
+
+impl Script {
+    fn new(body: &'static str) -> Script {
+        Script {
+            body,
+            sha: sha1_smol::Sha1::from(body).digest().to_string(),
+        }
+    }
+}
+
+/// `SET NX PX` semantics, plus: re-entry with our own token refreshes the
+/// TTL, a foreign holder's PTTL is returned, a wrong-typed key errors.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+/// Compare-and-delete.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+/// Compare-and-expire.
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha_matches_redis_script_load() {
+        // `SCRIPT LOAD "return 1"` answers this SHA1.
+        assert_eq!(
+            Script::new("return 1").sha,
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+        assert_ne!(ACQUIRE.sha, RELEASE.sha);
+    }
+}

@@ -70,17 +70,28 @@ impl fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
-    /// A lock over the configured nodes. Connects lazily; see
-    /// [`warm_up`](Self::warm_up) to connect ahead of the first acquire.
+    /// A lock over the configured nodes. Inside a Tokio runtime it starts
+    /// connecting to every node in the background at once; otherwise the
+    /// first operation connects. Await [`warm_up`](Self::warm_up) to know
+    /// the connections are made.
+    ///
+    /// Until a node's connection is up, an acquire that reaches its quorum
+    /// without that node does not send to it at all (a request that has not
+    /// left cannot be ordered before its release); the guard then reports
+    /// the node as [`Hold::Unknown`](crate::Hold::Unknown).
     pub fn new(config: LockConfig) -> MultiLock {
         let nodes = config
             .nodes
             .iter()
             .map(|n| Arc::new(Node::new(n.client.clone(), config.connect_timeout)))
             .collect();
-        MultiLock {
+        let lock = MultiLock {
             shared: Arc::new(LockShared { config, nodes }),
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            lock.shared.nodes.iter().for_each(Node::start_connecting);
         }
+        lock
     }
 
     /// The settings this lock runs with.

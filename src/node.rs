@@ -126,6 +126,15 @@ impl Node {
         }
     }
 
+    /// Starts connecting in the background if not connected (needs to run
+    /// inside a Tokio runtime).
+    pub(crate) fn start_connecting(self: &Arc<Self>) {
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*slot, Slot::Idle) {
+            *slot = Slot::Connecting(self.spawn_connect());
+        }
+    }
+
     /// Connects now if not connected (used to warm up a lock).
     pub(crate) async fn ensure_connected(self: &Arc<Self>) -> Result<(), NodeError> {
         self.connection().await.map(|_| ())
@@ -151,6 +160,11 @@ impl Node {
     /// the server lost its script cache (restart, `SCRIPT FLUSH`). The
     /// fallback is sent only while this future is alive, so a fan-out that
     /// has already decided and dropped it never sends a late second command.
+    ///
+    /// A connection found dead (e.g. the server restarted since it was made)
+    /// is replaced and the call sent once more. That cannot reorder anything:
+    /// a closed socket runs no further commands on the server, and each
+    /// script is idempotent for one token.
     async fn eval(
         self: &Arc<Self>,
         script: &Script,
@@ -158,7 +172,6 @@ impl Node {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Value, NodeError> {
-        let (mut conn, generation) = self.connection().await?;
         let build = |verb: &str, script_ref: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(script_ref).arg(1).arg(key).arg(token);
@@ -167,15 +180,23 @@ impl Node {
             }
             cmd
         };
-        match self
-            .send(&mut conn, generation, &build("EVALSHA", &script.sha))
-            .await
-        {
-            Err(e) if e.code() == Some("NOSCRIPT") => self
-                .send(&mut conn, generation, &build("EVAL", script.body))
+        let mut reconnected = false;
+        loop {
+            let (mut conn, generation) = self.connection().await?;
+            let result = match self
+                .send(&mut conn, generation, &build("EVALSHA", &script.sha))
                 .await
-                .map_err(|e| self.error(&e)),
-            result => result.map_err(|e| self.error(&e)),
+            {
+                Err(e) if e.code() == Some("NOSCRIPT") => {
+                    self.send(&mut conn, generation, &build("EVAL", script.body))
+                        .await
+                }
+                result => result,
+            };
+            match result {
+                Err(e) if e.is_connection_dropped() && !reconnected => reconnected = true,
+                result => return result.map_err(|e| self.error(&e)),
+            }
         }
     }
 
@@ -218,14 +239,37 @@ impl Node {
         let node = Arc::clone(self);
         let task = tokio::spawn(async move {
             // Our own deadlines bound every call, so the crate's response
-            // timeout is off; the connect itself is bounded here.
+            // timeout is off; connecting and loading the scripts are bounded
+            // together here.
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(node.connect_timeout))
                 .set_response_timeout(None);
-            let result = node
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await;
+            let connect = async {
+                let mut conn = node
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                // Load the scripts before anyone can use the connection, so
+                // that EVALSHA does not meet NOSCRIPT on a fresh server: an
+                // EVAL fallback still pending when a fan-out decides is never
+                // sent, which would leave that node out of the guard.
+                let mut load = redis::pipe();
+                for script in [&*scripts::ACQUIRE, &*scripts::RELEASE, &*scripts::EXTEND] {
+                    load.cmd("SCRIPT").arg("LOAD").arg(script.body).ignore();
+                }
+                if let Err(e) = load.exec_async(&mut conn).await {
+                    // Not fatal: EVALSHA falls back to EVAL per call.
+                    tracing::debug!(node = %node.name, error = %e, "SCRIPT LOAD failed");
+                }
+                Ok::<_, RedisError>(conn)
+            };
+            let result = match tokio::time::timeout(node.connect_timeout, connect).await {
+                Ok(result) => result,
+                Err(_) => Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect and script load timed out",
+                ))),
+            };
             let mut slot = node.slot.lock().unwrap_or_else(PoisonError::into_inner);
             match result {
                 Ok(conn) => {

@@ -1,0 +1,70 @@
+//! The error type of the testbed.
+
+use std::io;
+
+/// Everything that can go wrong while starting, stopping or inspecting
+/// local `redis-server` processes.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestbedError {
+    /// The `redis-server` binary could not be located.
+    #[error(
+        "redis-server binary not found: {reason}; install with `apt-get install redis-server` \
+         (Debian) or set QUORUMLOCK_REDIS_SERVER to the binary path"
+    )]
+    RedisServerNotFound {
+        /// Why the lookup failed (which variable or search path was used).
+        reason: String,
+    },
+
+    /// A file-system or process operation failed.
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        /// What the testbed was doing when the error happened.
+        context: String,
+        /// The underlying operating-system error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A `redis-server` process did not come up (it exited, or it did not
+    /// answer `PING` in time).
+    #[error("redis-server on port {port} failed to start: {reason}\n--- log tail ---\n{log_tail}")]
+    StartFailed {
+        /// The port the server was supposed to listen on.
+        port: u16,
+        /// A short description of what went wrong.
+        reason: String,
+        /// The last lines of the node's log (and captured stderr), for diagnosis.
+        log_tail: String,
+    },
+
+    /// The operation needs a running server, but the node is stopped.
+    #[error("redis-server on port {port} is not running")]
+    NotRunning {
+        /// The node's port.
+        port: u16,
+    },
+
+    /// The operation needs a stopped server, but the node is running.
+    #[error("redis-server on port {port} is already running (pid {pid})")]
+    AlreadyRunning {
+        /// The node's port.
+        port: u16,
+        /// The pid of the running server.
+        pid: u32,
+    },
+
+    /// A Redis client operation failed.
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl TestbedError {
+    /// Builds a closure wrapping an [`io::Error`] into [`TestbedError::Io`]
+    /// with the given context, for use with `map_err`.
+    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> Self {
+        let context = context.into();
+        move |source| Self::Io { context, source }
+    }
+}

@@ -1,0 +1,66 @@
+//! Node configuration and restart options.
+
+use std::time::Duration;
+
+/// How a node persists its data across restarts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Persistence {
+    /// No persistence at all (`save ""`, `appendonly no`): a killed node
+    /// comes back empty.
+    #[default]
+    None,
+    /// `appendonly yes` + `appendfsync always`: every acknowledged write is
+    /// on disk before the reply, so it survives a `SIGKILL`.
+    AofAlways,
+}
+
+/// Options applied to every node of a [`Testbed`](crate::Testbed).
+#[derive(Clone, Debug, Default)]
+pub struct NodeOptions {
+    /// Persistence mode; defaults to [`Persistence::None`].
+    pub persistence: Persistence,
+    /// Extra `directive value` lines appended to the generated `redis.conf`
+    /// (later lines override earlier ones, so these win over the defaults).
+    /// The value is written verbatim, so quote it yourself if it contains
+    /// spaces (e.g. `("save".into(), "\"\"".into())`).
+    pub extra_config: Vec<(String, String)>,
+}
+
+/// How [`RedisNode::restart`](crate::RedisNode::restart) brings a node back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Restart {
+    /// How long the node stays down (blocking sleep) before it is started again.
+    pub delay: Duration,
+    /// Whether the node's data files (AOF directory/files, RDB dump) are
+    /// deleted while it is down, simulating a server that lost its disk.
+    pub wipe_data: bool,
+}
+
+impl Restart {
+    /// Restart right away, keeping the data files.
+    #[must_use]
+    pub fn immediate() -> Self {
+        Self {
+            delay: Duration::ZERO,
+            wipe_data: false,
+        }
+    }
+
+    /// Restart after staying down for `delay`, keeping the data files.
+    #[must_use]
+    pub fn after(delay: Duration) -> Self {
+        Self {
+            delay,
+            wipe_data: false,
+        }
+    }
+
+    /// The same restart, but deleting the data files while the node is down.
+    #[must_use]
+    pub fn wiping(self) -> Self {
+        Self {
+            wipe_data: true,
+            ..self
+        }
+    }
+}

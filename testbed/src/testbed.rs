@@ -1,0 +1,147 @@
+//! A group of independent local Redis masters.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+
+use tempfile::TempDir;
+
+use crate::{NodeOptions, RedisNode, TestbedError, redis_server_binary};
+
+/// `n` independent `redis-server` masters on `127.0.0.1`, each in its own
+/// subdirectory of one temporary directory.
+///
+/// Dropping the testbed kills and reaps every server (also while a test
+/// panics), then deletes the temporary directory.
+#[derive(Debug)]
+pub struct Testbed {
+    nodes: Vec<RedisNode>,
+    root: TempDir,
+}
+
+impl Testbed {
+    /// Starts `n` servers with default options (no persistence).
+    ///
+    /// # Errors
+    ///
+    /// See [`Testbed::start_with`].
+    pub fn start(n: usize) -> Result<Self, TestbedError> {
+        Self::start_with(n, NodeOptions::default())
+    }
+
+    /// Starts `n` servers with `options`, using the binary found by
+    /// [`redis_server_binary`]. Returns once every server answers `PING`.
+    ///
+    /// # Errors
+    ///
+    /// - [`TestbedError::RedisServerNotFound`] if there is no `redis-server`.
+    /// - [`TestbedError::StartFailed`] if a server does not come up (the
+    ///   others are killed again).
+    /// - [`TestbedError::Io`] if the temporary directory cannot be created.
+    pub fn start_with(n: usize, options: NodeOptions) -> Result<Self, TestbedError> {
+        let binary = redis_server_binary()?;
+        Self::start_with_binary(n, options, binary)
+    }
+
+    /// Like [`Testbed::start_with`], but with an explicit server binary
+    /// instead of the `QUORUMLOCK_REDIS_SERVER`/`PATH` lookup.
+    ///
+    /// # Errors
+    ///
+    /// See [`Testbed::start_with`]; a binary that cannot be executed gives
+    /// [`TestbedError::Io`].
+    pub fn start_with_binary(
+        n: usize,
+        options: NodeOptions,
+        binary: impl Into<PathBuf>,
+    ) -> Result<Self, TestbedError> {
+        let binary = binary.into();
+        let root = tempfile::Builder::new()
+            .prefix("quorumlock-testbed-")
+            .tempdir()
+            .map_err(TestbedError::io("creating the testbed temporary directory"))?;
+        let mut nodes = (0..n)
+            .map(|i| {
+                RedisNode::new(
+                    root.path().join(format!("node-{i}")),
+                    binary.clone(),
+                    options.clone(),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // Start all nodes concurrently; each one waits for its own PING.
+        let results: Vec<Result<(), TestbedError>> = thread::scope(|scope| {
+            let handles: Vec<_> = nodes
+                .iter_mut()
+                .map(|node| scope.spawn(move || node.start()))
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        // On error, `nodes` is dropped here (killing the started servers)
+        // before `root` removes the directory.
+        results.into_iter().collect::<Result<(), _>>()?;
+        Ok(Self { nodes, root })
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the testbed has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The URL (`redis://127.0.0.1:PORT`) of every node, in node order.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisNode::url).collect()
+    }
+
+    /// Node `i`.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()` (this is a test helper).
+    pub fn node(&self, i: usize) -> &RedisNode {
+        &self.nodes[i]
+    }
+
+    /// Node `i`, mutably (for kill/start/restart/pause/resume).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()` (this is a test helper).
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisNode {
+        &mut self.nodes[i]
+    }
+
+    /// All nodes.
+    pub fn nodes(&self) -> &[RedisNode] {
+        &self.nodes
+    }
+
+    /// All nodes, mutably.
+    pub fn nodes_mut(&mut self) -> &mut [RedisNode] {
+        &mut self.nodes
+    }
+
+    /// The temporary directory holding the node directories.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        // Kill and reap every server before the TempDir field removes the
+        // directory they write into.
+        self.nodes.clear();
+    }
+}

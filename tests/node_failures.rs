@@ -1,0 +1,162 @@
+//! Quorum policies against dead and paused nodes.
+
+mod common;
+
+use std::time::Duration;
+
+use quorumlock::{Error, Hold, NodeErrorKind, NodeOutcome, Quorum};
+use quorumlock_testbed::Testbed;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_survives_two_dead_nodes_and_refuses_with_three() {
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let lock = common::lock(&testbed);
+    let killed: Vec<String> = (0..2).map(|i| testbed.node(i).url()).collect();
+    for i in 0..2 {
+        testbed.node_mut(i).kill().expect("kill");
+    }
+    let guard = lock
+        .try_acquire("job")
+        .await
+        .expect("3 of 5 nodes are a majority");
+    assert_eq!(guard.held_nodes().count(), 3);
+    for (url, hold) in guard.nodes() {
+        if killed.iter().any(|k| k == url) {
+            assert_eq!(hold, Hold::NotHeld, "{url}");
+        }
+    }
+    guard.release().await;
+
+    testbed.node_mut(2).kill().expect("kill");
+    let killed: Vec<String> = (0..3).map(|i| testbed.node(i).url()).collect();
+    match lock.try_acquire("job").await {
+        Err(Error::QuorumNotReached {
+            required,
+            won,
+            nodes,
+            ..
+        }) => {
+            assert_eq!(required, 3);
+            assert!(won <= 2, "only two nodes live: {won}");
+            let unreachable: Vec<&str> = nodes
+                .errors()
+                .filter(|e| e.kind() == NodeErrorKind::Unreachable)
+                .map(|e| e.node())
+                .collect();
+            assert_eq!(
+                unreachable,
+                killed.iter().map(String::as_str).collect::<Vec<_>>()
+            );
+            let text = Error::QuorumNotReached {
+                key: "job".into(),
+                required,
+                won,
+                nodes,
+            }
+            .to_string();
+            assert!(
+                killed.iter().all(|k| text.contains(k.as_str())),
+                "the message names every failed node: {text}"
+            );
+        }
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+    // Nothing of the failed attempt is left on the two live nodes.
+    assert_eq!(common::value_on(testbed.node(3), "job"), None);
+    assert_eq!(common::value_on(testbed.node(4), "job"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_fails_with_any_node_down() {
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let lock = common::lock_with(&testbed, |b| b.quorum(Quorum::All));
+    lock.try_acquire("all")
+        .await
+        .expect("all nodes up")
+        .release()
+        .await;
+    testbed.node_mut(4).kill().expect("kill");
+    match lock.try_acquire("all").await {
+        Err(Error::QuorumNotReached {
+            required: 5, won, ..
+        }) => assert!(won <= 4),
+        other => panic!("expected QuorumNotReached 4 of 5, got {other:?}"),
+    }
+    for node in &testbed.nodes()[..4] {
+        assert_eq!(
+            common::value_on(node, "all"),
+            None,
+            "rolled back on {}",
+            node.url()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_k_at_its_boundary() {
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let lock = common::lock_with(&testbed, |b| b.quorum(Quorum::AtLeast(2)));
+    for i in 0..3 {
+        testbed.node_mut(i).kill().expect("kill");
+    }
+    let guard = lock
+        .try_acquire("k2")
+        .await
+        .expect("exactly 2 nodes left: enough");
+    assert_eq!(guard.held_nodes().count(), 2);
+    guard.release().await;
+    testbed.node_mut(3).kill().expect("kill");
+    assert!(matches!(
+        lock.try_acquire("k2").await,
+        Err(Error::QuorumNotReached {
+            required: 2,
+            won: 0 | 1,
+            ..
+        })
+    ));
+}
+
+/// A SIGSTOPped node accepts the request into its socket and never answers.
+/// The acquire must decide on the other four without waiting for it: with a
+/// node timeout of a minute, only an early decision returns at all, and the
+/// paused node shows up as "no reply before the decision", not as a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_node_does_not_hold_up_acquire() {
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let lock = common::lock_with(&testbed, |b| {
+        b.ttl(Duration::from_secs(600))
+            .node_timeout(Duration::from_secs(60))
+    });
+    lock.warm_up()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .expect("all connected");
+    testbed.node_mut(0).pause().expect("pause");
+
+    let guard = lock.try_acquire("paused").await.expect("4 of 5 answer");
+    assert!(
+        testbed.node(0).is_paused(),
+        "returned while the node is still paused"
+    );
+    let holds: Vec<Hold> = guard.nodes().map(|(_, h)| h).collect();
+    assert_eq!(holds[0], Hold::Unknown);
+    assert!(guard.validity() > Duration::from_secs(500));
+
+    // A failing attempt also decides without the paused node: two more
+    // nodes down leaves 2 live of 5, and the outcome is certain once they answer.
+    testbed.node_mut(1).kill().expect("kill");
+    testbed.node_mut(2).kill().expect("kill");
+    let other = common::lock_with(&testbed, |b| {
+        b.ttl(Duration::from_secs(600))
+            .node_timeout(Duration::from_secs(60))
+    });
+    match other.try_acquire("paused").await {
+        Err(Error::Contended { nodes, .. }) | Err(Error::QuorumNotReached { nodes, .. }) => {
+            assert_eq!(nodes.0[0].outcome, NodeOutcome::NoReplyBeforeDecision);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    testbed.node_mut(0).resume().expect("resume");
+    drop(guard);
+}

@@ -1,0 +1,140 @@
+//! A failed attempt leaves nothing behind, and no release or rollback ever
+//! overtakes its own acquire on a node (DESIGN.md, safety rule 5).
+
+mod common;
+
+use std::time::Duration;
+
+use quorumlock::{Error, Hold, LockConfig, MultiLock, NodeOutcome, Quorum};
+use quorumlock_testbed::Testbed;
+
+/// A holder owns 3 of 5 nodes; another client's attempt wins the other two,
+/// fails, and must roll both back, including the node that was paused during
+/// the attempt, once it resumes and runs the queued acquire *and then* the
+/// queued rollback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempt_leaves_no_key_even_on_a_node_paused_during_it() {
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let urls = testbed.urls();
+    let holder = common::connected(MultiLock::new(
+        LockConfig::builder()
+            .nodes(urls[..3].to_vec())
+            .quorum(Quorum::All) // all three, deterministically
+            .build()
+            .expect("config"),
+    ))
+    .await;
+    let held = holder
+        .try_acquire("invoice")
+        .await
+        .expect("holder takes 3 nodes");
+    assert_eq!(held.held_nodes().count(), 3);
+
+    let contender = common::lock(&testbed);
+    contender
+        .warm_up()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .expect("connected");
+    let evalsha_before = common::calls_on(testbed.node(4), "evalsha");
+    testbed.node_mut(4).pause().expect("pause");
+
+    match contender.try_acquire("invoice").await {
+        Err(Error::Contended { nodes, .. }) => {
+            let outcomes: Vec<&NodeOutcome> = nodes.0.iter().map(|r| &r.outcome).collect();
+            assert!(
+                outcomes[..3]
+                    .iter()
+                    .all(|o| matches!(o, NodeOutcome::HeldByOther { .. })),
+                "{nodes}"
+            );
+            assert_eq!(outcomes[3], &NodeOutcome::Won);
+            assert_eq!(outcomes[4], &NodeOutcome::NoReplyBeforeDecision);
+        }
+        other => panic!("expected contention, got {other:?}"),
+    }
+    // The live nodes are clean as soon as try_acquire returns.
+    let values: Vec<Option<String>> = testbed.nodes()[..4]
+        .iter()
+        .map(|n| common::value_on(n, "invoice"))
+        .collect();
+    assert_eq!(values[..3], vec![Some(held.token().to_string()); 3][..]);
+    assert_eq!(values[3], None, "rolled back on the node it won");
+
+    // The paused node has the acquire and the rollback queued, in that order.
+    testbed.node_mut(4).resume().expect("resume");
+    common::wait_for(
+        "the paused node to run both queued scripts",
+        Duration::from_secs(5),
+        || common::calls_on(testbed.node(4), "evalsha") >= evalsha_before + 2,
+    )
+    .await;
+    assert_eq!(
+        common::value_on(testbed.node(4), "invoice"),
+        None,
+        "the rollback ran after the acquire"
+    );
+    held.release().await;
+}
+
+/// The won case: the acquire's request to a paused node is still queued when
+/// the guard is released. The release queues behind it, so once the node
+/// resumes the key is gone rather than left to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_never_overtakes_the_acquire_on_a_paused_node() {
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let lock = common::lock(&testbed);
+    lock.warm_up()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .expect("connected");
+    let evalsha_before = common::calls_on(testbed.node(2), "evalsha");
+    testbed.node_mut(2).pause().expect("pause");
+
+    let guard = lock.try_acquire("capture").await.expect("4 live nodes");
+    assert_eq!(guard.nodes().nth(2).map(|(_, h)| h), Some(Hold::Unknown));
+    let carrying = common::assert_nodes_match(&testbed, &guard);
+    let report = guard.release().await;
+    assert_eq!(report.released, carrying);
+    assert_eq!(
+        report.failed.len(),
+        1,
+        "the paused node timed out: {:?}",
+        report.failed
+    );
+
+    testbed.node_mut(2).resume().expect("resume");
+    common::wait_for(
+        "the resumed node to run acquire and release",
+        Duration::from_secs(5),
+        || common::calls_on(testbed.node(2), "evalsha") >= evalsha_before + 2,
+    )
+    .await;
+    assert_eq!(common::value_on(testbed.node(2), "capture"), None);
+}
+
+/// Dropping a guard without release releases it in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_guard_is_released_in_the_background() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::lock(&testbed);
+    let guard = lock.try_acquire("dropped").await.expect("acquire");
+    drop(guard);
+    common::wait_for(
+        "the drop-release to reach every node",
+        Duration::from_secs(5),
+        || {
+            common::values(&testbed, "dropped")
+                .iter()
+                .all(Option::is_none)
+        },
+    )
+    .await;
+    lock.try_acquire("dropped")
+        .await
+        .expect("free again")
+        .release()
+        .await;
+}

@@ -210,7 +210,7 @@ impl fmt::Display for NodeReports {
             match &r.outcome {
                 NodeOutcome::Won => write!(f, "{}: won", r.node)?,
                 NodeOutcome::HeldByOther { pttl: Some(p) } => {
-                    write!(f, "{}: held by another for {p:?}", r.node)?
+                    write!(f, "{}: held by another for {}", r.node, Human(*p))?
                 }
                 NodeOutcome::HeldByOther { pttl: None } => {
                     write!(f, "{}: held by another, no expiry", r.node)?
@@ -218,7 +218,7 @@ impl fmt::Display for NodeReports {
                 NodeOutcome::NotHeld => write!(f, "{}: our token is gone", r.node)?,
                 NodeOutcome::Failed(e) => write!(f, "{e}")?,
                 NodeOutcome::NoReplyBeforeDecision => {
-                    write!(f, "{}: no reply before the decision", r.node)?
+                    write!(f, "{}: not awaited (decided before it answered)", r.node)?
                 }
             }
         }
@@ -290,7 +290,7 @@ pub enum Error {
     /// A quorum was won, but too slowly: the validity left was not above the
     /// configured minimum, so the attempt was rolled back.
     #[error(
-        "lock {key:?}: quorum won but the attempt took {elapsed:?}, leaving {validity:?} of validity (minimum {min_validity:?})"
+        "lock {key:?}: quorum won but the attempt took {}, leaving {} of validity (minimum {})", Human(*.elapsed), Human(*.validity), Human(*.min_validity)
     )]
     ValidityUsedUp {
         /// The lock name.
@@ -303,7 +303,7 @@ pub enum Error {
         min_validity: Duration,
     },
     /// `acquire` ran out of wait budget (or attempts) without winning.
-    #[error("lock {key:?}: gave up after {attempts} attempts in {waited:?}: {last}")]
+    #[error("gave up after {attempts} attempts in {}: {last}", Human(*.waited))]
     WaitBudgetExhausted {
         /// The lock name.
         key: String,
@@ -324,9 +324,23 @@ pub enum Error {
     },
 }
 
+/// A duration for people: milliseconds with one decimal below a second,
+/// seconds with three above.
+pub(crate) struct Human(pub(crate) Duration);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 < Duration::from_secs(1) {
+            write!(f, "{:.1} ms", self.0.as_secs_f64() * 1e3)
+        } else {
+            write!(f, "{:.3} s", self.0.as_secs_f64())
+        }
+    }
+}
+
 fn free_in_text(free_in: Option<Duration>) -> String {
     match free_in {
-        Some(d) => format!(" (a quorum may free up in {d:?})"),
+        Some(d) => format!(" (a quorum may free up in {})", Human(d)),
         None => " (a holder's key has no expiry)".to_string(),
     }
 }

@@ -216,7 +216,7 @@ impl LockGuard {
         // Nodes that took the new TTL may expire before the old deadline.
         self.deadline = self.deadline.min(new_deadline);
         let nodes = self.lock.reports(&mut replies, end);
-        if tally.blocked_by_contention() {
+        if tally.contention_rules_out_quorum() {
             return Err(self.lost(LostReason::KeysGone(nodes)));
         }
         if tally.decision() == Decision::Won {

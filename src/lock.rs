@@ -252,7 +252,7 @@ impl LockShared {
             });
         }
         let nodes = self.reports(&mut replies, end);
-        if tally.blocked_by_contention() {
+        if tally.lost_to_contention() {
             let mut pttls: Vec<Option<Duration>> = nodes
                 .0
                 .iter()
@@ -261,7 +261,8 @@ impl LockShared {
                     _ => None,
                 })
                 .collect();
-            let free_in = quorum::free_in(n, tally.required(), &mut pttls);
+            let live = n - nodes.errors().count();
+            let free_in = quorum::free_in(live, tally.required(), &mut pttls);
             tracing::debug!(contended = tally.contended(), ?free_in, "contended");
             Err(Error::Contended {
                 key: key.to_string(),

@@ -121,9 +121,18 @@ impl Tally {
         }
     }
 
-    /// Whether contention alone rules out a quorum: even if every node that
-    /// did not answer "held by another" had been ours, the count stays short.
-    pub(crate) fn blocked_by_contention(&self) -> bool {
+    /// Whether a failed attempt was lost to other owners: someone else
+    /// holds some nodes, and the nodes that did not fail could have made a
+    /// quorum had they been free. The answer a caller wants when deciding
+    /// between "busy, wait" and "outage, alert".
+    pub(crate) fn lost_to_contention(&self) -> bool {
+        self.contended > 0 && self.nodes - self.failed >= self.required
+    }
+
+    /// Whether other owners (or the absence of our token) hold so many nodes
+    /// that no quorum is possible however the rest answer: for a holder,
+    /// proof that the lock is gone.
+    pub(crate) fn contention_rules_out_quorum(&self) -> bool {
         self.contended > 0 && self.nodes - self.contended < self.required
     }
 }
@@ -143,7 +152,8 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> D
 }
 
 /// How long until enough contended nodes free up for a quorum to become
-/// possible, given the remaining TTLs that the contended nodes reported
+/// possible among `nodes` nodes that did not fail, given the remaining TTLs
+/// that the contended nodes reported
 /// (`None`: a key without expiry). `None` in the result means "not known to
 /// end" (a required node reported a key without expiry, or not enough nodes
 /// are contended to explain the failure).
@@ -154,7 +164,7 @@ pub(crate) fn free_in(
 ) -> Option<Duration> {
     // Nodes not contended could all be ours; we need `required - free` of
     // the contended ones to expire, the earliest first.
-    let free = nodes - contended_pttls.len();
+    let free = nodes.saturating_sub(contended_pttls.len());
     let more = required.checked_sub(free)?;
     if more == 0 {
         return Some(Duration::ZERO);
@@ -199,9 +209,27 @@ mod tests {
         t.record(Vote::Contended);
         assert_eq!(t.decision(), Decision::Impossible);
         assert!(
-            !t.blocked_by_contention(),
-            "one failure is part of the reason"
+            t.lost_to_contention(),
+            "4 live nodes could have made 3: busy, not down"
         );
+        assert!(
+            !t.contention_rules_out_quorum(),
+            "3 nodes carry no foreign key"
+        );
+
+        // Three failures of five: an outage whatever the other nodes say.
+        let mut t = Tally::new(5, 3);
+        for v in [Vote::Failed, Vote::Failed, Vote::Contended, Vote::Failed] {
+            t.record(v);
+        }
+        assert_eq!(t.decision(), Decision::Impossible);
+        assert!(!t.lost_to_contention());
+        // Three foreign keys of five: gone for a holder, whatever else fails.
+        let mut t = Tally::new(5, 3);
+        for v in [Vote::Contended, Vote::Contended, Vote::Contended] {
+            t.record(v);
+        }
+        assert!(t.contention_rules_out_quorum() && t.lost_to_contention());
     }
 
     #[test]

@@ -27,6 +27,10 @@ async fn majority_survives_two_dead_nodes_and_refuses_with_three() {
     }
     guard.release().await;
 
+    let before: Vec<u64> = testbed.nodes()[3..]
+        .iter()
+        .map(|n| common::calls_on(n, "evalsha"))
+        .collect();
     testbed.node_mut(2).kill().expect("kill");
     let killed: Vec<String> = (0..3).map(|i| testbed.node(i).url()).collect();
     match lock.try_acquire("job").await {
@@ -61,7 +65,11 @@ async fn majority_survives_two_dead_nodes_and_refuses_with_three() {
         }
         other => panic!("expected QuorumNotReached, got {other:?}"),
     }
-    // Nothing of the failed attempt is left on the two live nodes.
+    // Nothing of the failed attempt is left on the two live nodes, once
+    // each has run the acquire and its rollback.
+    for (node, before) in testbed.nodes()[3..].iter().zip(&before) {
+        common::wait_for_scripts(node, before + 2).await;
+    }
     assert_eq!(common::value_on(testbed.node(3), "job"), None);
     assert_eq!(common::value_on(testbed.node(4), "job"), None);
 }
@@ -75,6 +83,10 @@ async fn all_fails_with_any_node_down() {
         .expect("all nodes up")
         .release()
         .await;
+    let before: Vec<u64> = testbed.nodes()[..4]
+        .iter()
+        .map(|n| common::calls_on(n, "evalsha"))
+        .collect();
     testbed.node_mut(4).kill().expect("kill");
     match lock.try_acquire("all").await {
         Err(Error::QuorumNotReached {
@@ -82,7 +94,8 @@ async fn all_fails_with_any_node_down() {
         }) => assert!(won <= 4),
         other => panic!("expected QuorumNotReached 4 of 5, got {other:?}"),
     }
-    for node in &testbed.nodes()[..4] {
+    for (node, before) in testbed.nodes()[..4].iter().zip(&before) {
+        common::wait_for_scripts(node, before + 2).await;
         assert_eq!(
             common::value_on(node, "all"),
             None,

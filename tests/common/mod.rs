@@ -60,6 +60,16 @@ pub fn calls_on(node: &RedisNode, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits until `node` has run at least `at_least` script calls (`EVALSHA`):
+/// the event that a queued acquire and its rollback have both run there.
+pub async fn wait_for_scripts(node: &RedisNode, at_least: u64) {
+    let what = format!("{} to run {at_least} scripts", node.url());
+    wait_for(&what, Duration::from_secs(5), || {
+        calls_on(node, "evalsha") >= at_least
+    })
+    .await;
+}
+
 /// Runs a command on every running node.
 pub fn on_every_node(testbed: &Testbed, args: &[&str]) {
     for node in testbed

@@ -232,16 +232,8 @@ impl LockShared {
             ));
         }
 
-        // Lost (or won too late): roll back everywhere our request may have
-        // written, i.e. every node except those that answered "held by
-        // another" (the script writes nothing then).
-        let may_have_written: Vec<bool> = replies
-            .iter()
-            .map(|r| !matches!(r, Some(Ok(AcquireReply::Held { .. }))))
-            .collect();
-        let answered: Vec<bool> = replies.iter().map(Option::is_some).collect();
-        self.rollback(key, &token, &may_have_written, &answered)
-            .await;
+        // Lost (or won too late): undo whatever the attempt may have written.
+        self.rollback(key, &token, &replies).await;
 
         if tally.decision() == Decision::Won {
             return Err(Error::ValidityUsedUp {
@@ -284,26 +276,31 @@ impl LockShared {
         }
     }
 
-    /// Releases a failed attempt's token. Nodes that answered are
-    /// responsive: wait for their release (one round trip) so the next
-    /// attempt finds them clean. Nodes that did not answer may still run our
-    /// acquire later; their release is queued behind it and a background
-    /// task sees it through.
+    /// Releases a failed attempt's token on every node it may have written
+    /// to: all but those that answered "held by another" (the script writes
+    /// nothing then). Nodes that answered are responsive: wait for their
+    /// release (one round trip) so the next attempt finds them clean. Nodes
+    /// that did not answer may still run our acquire later; their release is
+    /// queued behind it and a background task sees it through.
     async fn rollback(
         &self,
         key: &Arc<str>,
         token: &Arc<str>,
-        may_have_written: &[bool],
-        answered: &[bool],
+        replies: &[Option<Result<AcquireReply, NodeError>>],
     ) {
-        let release = |i: usize| self.nodes[i].release(Arc::clone(key), Arc::clone(token));
-        let targets = (0..self.nodes.len()).filter(|&i| may_have_written[i]);
-        let (now, later): (Vec<usize>, Vec<usize>) = targets.partition(|&i| answered[i]);
+        let (mut now, mut later) = (Vec::new(), Vec::new());
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            let release = || node.release(Arc::clone(key), Arc::clone(token));
+            match reply {
+                Some(Ok(AcquireReply::Held { .. })) => {}
+                Some(_) => now.push(release()),
+                None => later.push(release()),
+            }
+        }
         if !later.is_empty() {
-            let pending = join_all(later.into_iter().map(&release));
             let bound = self.config.connect_timeout + self.config.node_timeout;
             tokio::spawn(async move {
-                if tokio::time::timeout(bound, pending).await.is_err() {
+                if tokio::time::timeout(bound, join_all(later)).await.is_err() {
                     tracing::debug!(
                         "rollback on an unresponsive node still queued; the key expires by its TTL"
                     );
@@ -311,11 +308,7 @@ impl LockShared {
             });
         }
         if !now.is_empty() {
-            let done = tokio::time::timeout(
-                self.config.node_timeout,
-                join_all(now.into_iter().map(&release)),
-            )
-            .await;
+            let done = tokio::time::timeout(self.config.node_timeout, join_all(now)).await;
             for error in done.iter().flatten().filter_map(|r| r.as_ref().err()) {
                 tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
             }

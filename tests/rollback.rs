@@ -147,3 +147,46 @@ async fn dropped_guard_is_released_in_the_background() {
         .release()
         .await;
 }
+
+/// A quorum won too slowly is not a win. `CLIENT PAUSE 150` on every node
+/// holds each reply back for at least 150 ms (a lower bound, whatever the
+/// machine's load), which leaves less validity than the configured minimum,
+/// so the attempt is rolled back and reported as `ValidityUsedUp`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_win_that_comes_too_late_is_rolled_back() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(Duration::from_secs(10))
+            .drift_factor(0.0)
+            .node_timeout(Duration::from_secs(1))
+            .min_validity(Duration::from_millis(9_900))
+    }))
+    .await;
+    let before: Vec<u64> = testbed
+        .nodes()
+        .iter()
+        .map(|n| common::calls_on(n, "evalsha"))
+        .collect();
+    common::on_every_node(&testbed, &["CLIENT", "PAUSE", "150"]);
+    match lock.try_acquire("slow").await {
+        Err(Error::ValidityUsedUp {
+            elapsed,
+            validity,
+            min_validity,
+            ..
+        }) => {
+            assert!(elapsed >= Duration::from_millis(150), "{elapsed:?}");
+            assert!(validity <= min_validity);
+        }
+        other => panic!("expected ValidityUsedUp, got {other:?}"),
+    }
+    for (node, before) in testbed.nodes().iter().zip(&before) {
+        common::wait_for_scripts(node, before + 2).await;
+        assert_eq!(
+            common::value_on(node, "slow"),
+            None,
+            "rolled back on {}",
+            node.url()
+        );
+    }
+}

@@ -12,6 +12,7 @@ use crate::error::{Error, LostReason, NodeError, NodeOutcome};
 use crate::fanout::fan_out;
 use crate::lock::{LockShared, ttl_millis};
 use crate::quorum::{self, Decision, Tally, Vote};
+use crate::stats::bump;
 
 /// Whether a guard holds its key on one node, as of the last acquire or
 /// extend.
@@ -81,6 +82,8 @@ pub struct LockGuard {
     deadline: Stamp,
     holds: Vec<Hold>,
     released: bool,
+    /// Whether this guard was already counted as lost.
+    counted_lost: bool,
 }
 
 impl fmt::Debug for LockGuard {
@@ -108,6 +111,7 @@ impl LockGuard {
             deadline,
             holds,
             released: false,
+            counted_lost: false,
         }
     }
 
@@ -211,8 +215,10 @@ impl LockGuard {
                     Some(_) => Hold::NotHeld,
                 };
             }
+            bump(&self.lock.counters.extended);
             return Ok(self.validity());
         }
+        bump(&self.lock.counters.extend_failed);
         // Nodes that took the new TTL may expire before the old deadline.
         self.deadline = self.deadline.min(new_deadline);
         let nodes = self.lock.reports(&mut replies, end);
@@ -249,6 +255,9 @@ impl LockGuard {
 
     /// Marks the guard lost (the deadline moves to now) and builds the error.
     fn lost(&mut self, reason: LostReason) -> Error {
+        if !std::mem::replace(&mut self.counted_lost, true) {
+            bump(&self.lock.counters.lost);
+        }
         self.deadline = self.deadline.min(Stamp::now());
         Error::Lost {
             key: self.key.to_string(),

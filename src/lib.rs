@@ -82,6 +82,7 @@ mod node;
 mod quorum;
 mod retry;
 mod scripts;
+mod stats;
 
 pub use clock::Stamp;
 pub use config::{LockConfig, LockConfigBuilder};
@@ -92,3 +93,4 @@ pub use guard::{Hold, LockGuard, ReleaseReport};
 pub use lock::MultiLock;
 pub use quorum::Quorum;
 pub use retry::RetryPolicy;
+pub use stats::{LockStats, NodeStats};

@@ -16,6 +16,7 @@ use crate::fanout::{End, fan_out};
 use crate::guard::{Hold, LockGuard, ReleaseReport};
 use crate::node::{AcquireReply, Node};
 use crate::quorum::{self, Decision, Tally, Vote};
+use crate::stats::{Counters, LockStats, bump};
 
 /// A distributed lock service over N independent Redis masters ("nodes").
 ///
@@ -56,6 +57,7 @@ pub struct MultiLock {
 pub(crate) struct LockShared {
     pub(crate) config: LockConfig,
     pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) counters: Counters,
 }
 
 impl fmt::Debug for MultiLock {
@@ -86,7 +88,11 @@ impl MultiLock {
             .map(|n| Arc::new(Node::new(n.client.clone(), config.connect_timeout)))
             .collect();
         let lock = MultiLock {
-            shared: Arc::new(LockShared { config, nodes }),
+            shared: Arc::new(LockShared {
+                config,
+                nodes,
+                counters: Counters::default(),
+            }),
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             lock.shared.nodes.iter().for_each(Node::start_connecting);
@@ -97,6 +103,19 @@ impl MultiLock {
     /// The settings this lock runs with.
     pub fn config(&self) -> &LockConfig {
         &self.shared.config
+    }
+
+    /// The counters since this lock was created: attempts and their
+    /// outcomes, extends, losses, releases, and each node's errors and
+    /// timeouts. See [`LockStats`].
+    pub fn stats(&self) -> LockStats {
+        let nodes = self
+            .shared
+            .nodes
+            .iter()
+            .map(|n| n.counters.snapshot(n.name()))
+            .collect();
+        self.shared.counters.snapshot(nodes)
     }
 
     /// Connects to every node now, concurrently, and reports each node's
@@ -179,6 +198,7 @@ impl LockShared {
         let n = self.nodes.len();
         let token = new_token();
         let ttl_ms = ttl_millis(config.ttl);
+        bump(&self.counters.attempts);
         let mut tally = Tally::new(n, config.required_nodes());
         let mut replies: Vec<Option<Result<AcquireReply, NodeError>>> =
             (0..n).map(|_| None).collect();
@@ -223,6 +243,7 @@ impl LockShared {
                 })
                 .collect();
             tracing::debug!(won = tally.won(), ?validity, "acquired");
+            bump(&self.counters.acquired);
             return Ok(LockGuard::new(
                 Arc::clone(self),
                 Arc::clone(key),
@@ -236,6 +257,7 @@ impl LockShared {
         self.rollback(key, &token, &replies).await;
 
         if tally.decision() == Decision::Won {
+            bump(&self.counters.validity_used_up);
             return Err(Error::ValidityUsedUp {
                 key: key.to_string(),
                 elapsed,
@@ -256,6 +278,7 @@ impl LockShared {
             let live = n - nodes.errors().count();
             let free_in = quorum::free_in(live, tally.required(), &mut pttls);
             tracing::debug!(contended = tally.contended(), ?free_in, "contended");
+            bump(&self.counters.contended);
             Err(Error::Contended {
                 key: key.to_string(),
                 free_in,
@@ -267,6 +290,7 @@ impl LockShared {
                 required = tally.required(),
                 "quorum not reached"
             );
+            bump(&self.counters.quorum_not_reached);
             Err(Error::QuorumNotReached {
                 key: key.to_string(),
                 required: tally.required(),
@@ -322,6 +346,7 @@ impl LockShared {
         key: &Arc<str>,
         token: &Arc<str>,
     ) -> ReleaseReport {
+        bump(&self.counters.released);
         let n = self.nodes.len();
         let mut report = ReleaseReport {
             released: 0,
@@ -382,6 +407,7 @@ impl LockShared {
     }
 
     fn timeout_error(&self, node: &Node) -> NodeError {
+        bump(&node.counters.timeouts);
         NodeError::new(
             node.name(),
             NodeErrorKind::Timeout,

@@ -27,6 +27,7 @@ use redis::{
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts::{self, Script};
+use crate::stats::{NodeCounters, bump};
 
 type Connect = Shared<BoxFuture<'static, Result<(MultiplexedConnection, u64), NodeError>>>;
 
@@ -46,6 +47,7 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     slot: Mutex<Slot>,
     generations: AtomicU64,
+    pub(crate) counters: NodeCounters,
 }
 
 /// A node's answer to the acquire script.
@@ -65,6 +67,7 @@ impl Node {
             connect_timeout,
             slot: Mutex::new(Slot::Idle),
             generations: AtomicU64::new(0),
+            counters: NodeCounters::default(),
         }
     }
 
@@ -180,6 +183,19 @@ impl Node {
             }
             cmd
         };
+        let result = self.eval_reconnecting(&build, script).await;
+        if result.is_err() {
+            bump(&self.counters.errors);
+        }
+        result
+    }
+
+    /// The body of [`eval`](Self::eval), before failures are counted.
+    async fn eval_reconnecting(
+        self: &Arc<Self>,
+        build: &impl Fn(&str, &str) -> Cmd,
+        script: &Script,
+    ) -> Result<Value, NodeError> {
         let mut reconnected = false;
         loop {
             let (mut conn, generation) = self.connection().await?;

@@ -65,6 +65,17 @@ async fn majority_survives_two_dead_nodes_and_refuses_with_three() {
         }
         other => panic!("expected QuorumNotReached, got {other:?}"),
     }
+    // The counters tell an operator which nodes fail.
+    let stats = lock.stats();
+    assert_eq!(
+        (stats.attempts, stats.acquired, stats.quorum_not_reached),
+        (2, 1, 1)
+    );
+    for node in &stats.nodes {
+        let dead = killed.contains(&node.node);
+        assert_eq!(node.errors > 0, dead, "{node:?}");
+    }
+
     // Nothing of the failed attempt is left on the two live nodes, once
     // each has run the acquire and its rollback.
     for (node, before) in testbed.nodes()[3..].iter().zip(&before) {

@@ -1,0 +1,115 @@
+//! Counters a service can export: how often locks were tried, won, refused
+//! and lost, and how often each node failed or timed out.
+//!
+//! Plain relaxed atomics: one uncontended add per event, read as a snapshot
+//! by [`MultiLock::stats`](crate::MultiLock::stats).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a [`MultiLock`](crate::MultiLock)'s counters since it was
+/// created (shared by its clones). Every field only grows.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// lock.try_acquire("report").await?.release().await;
+/// let stats = lock.stats();
+/// assert_eq!((stats.attempts, stats.acquired, stats.released), (1, 1, 1));
+/// assert!(stats.nodes.iter().all(|n| n.errors == 0 && n.timeouts == 0));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStats {
+    /// Acquire attempts (each try of `acquire` counts).
+    pub attempts: u64,
+    /// Attempts that won a quorum with enough validity.
+    pub acquired: u64,
+    /// Attempts lost to another owner.
+    pub contended: u64,
+    /// Attempts that failed for lack of answering nodes.
+    pub quorum_not_reached: u64,
+    /// Attempts that won a quorum too late and were rolled back.
+    pub validity_used_up: u64,
+    /// Successful extends.
+    pub extended: u64,
+    /// Extends that did not reach the quorum (the lock may still be held).
+    pub extend_failed: u64,
+    /// Guards found lost (validity expired, or keys gone).
+    pub lost: u64,
+    /// Guards released (explicitly or on drop).
+    pub released: u64,
+    /// Per-node failures, in configuration order.
+    pub nodes: Vec<NodeStats>,
+}
+
+/// Failures of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeStats {
+    /// The node's URL (no credentials).
+    pub node: String,
+    /// Calls that failed with an error (unreachable, WRONGTYPE, ...).
+    pub errors: u64,
+    /// Calls with no answer within the node timeout.
+    pub timeouts: u64,
+}
+
+/// The lock-level counters behind [`LockStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) attempts: AtomicU64,
+    pub(crate) acquired: AtomicU64,
+    pub(crate) contended: AtomicU64,
+    pub(crate) quorum_not_reached: AtomicU64,
+    pub(crate) validity_used_up: AtomicU64,
+    pub(crate) extended: AtomicU64,
+    pub(crate) extend_failed: AtomicU64,
+    pub(crate) lost: AtomicU64,
+    pub(crate) released: AtomicU64,
+}
+
+/// The node-level counters behind [`NodeStats`].
+#[derive(Debug, Default)]
+pub(crate) struct NodeCounters {
+    pub(crate) errors: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+}
+
+/// Adds one to a counter.
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self, nodes: Vec<NodeStats>) -> LockStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LockStats {
+            attempts: get(&self.attempts),
+            acquired: get(&self.acquired),
+            contended: get(&self.contended),
+            quorum_not_reached: get(&self.quorum_not_reached),
+            validity_used_up: get(&self.validity_used_up),
+            extended: get(&self.extended),
+            extend_failed: get(&self.extend_failed),
+            lost: get(&self.lost),
+            released: get(&self.released),
+            nodes,
+        }
+    }
+}
+
+impl NodeCounters {
+    pub(crate) fn snapshot(&self, node: &str) -> NodeStats {
+        NodeStats {
+            node: node.to_string(),
+            errors: self.errors.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,13 +1,15 @@
 //! One independent Redis master: its connection, the script calls made on
 //! it, and the classification of its errors.
 //!
-//! Each node has **one** multiplexed connection. Commands on it reach the
-//! server in the order their futures were first polled, and a command whose
-//! future is dropped after that first poll is still sent. That is what keeps
-//! a rollback or release from overtaking its own acquire on a node (DESIGN.md,
-//! safety rule 5): the release is only created after the acquire's future was
-//! polled, so it queues behind it on the same socket. A connection pool would
-//! lose this ordering.
+//! Each node has **one** multiplexed connection. Once it is up, commands on
+//! it reach the server in the order their futures were first polled, and a
+//! command whose future is dropped after that first poll is still sent. That
+//! is what keeps a rollback or release from overtaking its own acquire on a
+//! node (DESIGN.md, safety rule 5): the release is only created after the
+//! acquire's future was polled, so it queues behind it on the same socket. A
+//! connection pool would lose this ordering. A future still waiting for the
+//! connection has sent nothing; the lock drops such futures when it decides,
+//! so nothing they would send can follow a later release.
 //!
 //! Connecting runs in a spawned task shared by every caller, so a node that is
 //! slow to accept (paused, far away) costs each caller at most its own

@@ -190,3 +190,53 @@ async fn a_win_that_comes_too_late_is_rolled_back() {
         );
     }
 }
+
+/// Cancel safety (DESIGN.md, safety rule 6): an acquire dropped mid-flight
+/// leaves no guard, and at most keys that expire by their own TTL. With
+/// `Quorum::All` and a paused node, the attempt cannot decide before its
+/// 200 ms node timeout, so a 20 ms caller timeout drops it while the live
+/// nodes already hold its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_leaks_only_keys_that_expire() {
+    let mut testbed = Testbed::start(3).expect("testbed");
+    let ttl = Duration::from_secs(2);
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.quorum(Quorum::All)
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(200))
+    }))
+    .await;
+    let before: Vec<u64> = testbed
+        .nodes()
+        .iter()
+        .map(|n| common::calls_on(n, "evalsha"))
+        .collect();
+    testbed.node_mut(2).pause().expect("pause");
+    let dropped = tokio::time::timeout(Duration::from_millis(20), lock.try_acquire("cancel")).await;
+    assert!(
+        dropped.is_err(),
+        "the attempt was still waiting for the paused node"
+    );
+
+    for (node, before) in testbed.nodes()[..2].iter().zip(&before) {
+        common::wait_for_scripts(node, before + 1).await;
+        let pttl = common::pttl_on(node, "cancel");
+        assert!(
+            pttl == -2 || (0..=ttl.as_millis() as i64).contains(&pttl),
+            "{}: pttl {pttl}",
+            node.url()
+        );
+    }
+    testbed.node_mut(2).resume().expect("resume");
+    common::wait_for("the leaked keys to expire", Duration::from_secs(5), || {
+        common::values(&testbed, "cancel")
+            .iter()
+            .all(Option::is_none)
+    })
+    .await;
+    lock.try_acquire("cancel")
+        .await
+        .expect("free again")
+        .release()
+        .await;
+}

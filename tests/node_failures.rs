@@ -27,10 +27,7 @@ async fn majority_survives_two_dead_nodes_and_refuses_with_three() {
     }
     guard.release().await;
 
-    let before: Vec<u64> = testbed.nodes()[3..]
-        .iter()
-        .map(|n| common::calls_on(n, "evalsha"))
-        .collect();
+    let before = common::script_counts(&testbed.nodes()[3..]);
     testbed.node_mut(2).kill().expect("kill");
     let killed: Vec<String> = (0..3).map(|i| testbed.node(i).url()).collect();
     match lock.try_acquire("job").await {
@@ -94,10 +91,7 @@ async fn all_fails_with_any_node_down() {
         .expect("all nodes up")
         .release()
         .await;
-    let before: Vec<u64> = testbed.nodes()[..4]
-        .iter()
-        .map(|n| common::calls_on(n, "evalsha"))
-        .collect();
+    let before = common::script_counts(&testbed.nodes()[..4]);
     testbed.node_mut(4).kill().expect("kill");
     match lock.try_acquire("all").await {
         Err(Error::QuorumNotReached {

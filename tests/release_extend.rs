@@ -29,16 +29,7 @@ async fn non_owner_release_deletes_nothing_and_release_after_expiry_is_not_held(
 
     let stale = a.try_acquire("stock").await.expect("a acquires");
     outlive(&stale).await;
-    common::wait_for(
-        "a's keys to expire on every node",
-        Duration::from_secs(5),
-        || {
-            common::values(&testbed, "stock")
-                .iter()
-                .all(Option::is_none)
-        },
-    )
-    .await;
+    common::wait_until_gone(&testbed, "stock", "a's keys to expire on every node").await;
     let current = b
         .try_acquire("stock")
         .await

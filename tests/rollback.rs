@@ -37,11 +37,7 @@ async fn failed_attempt_leaves_no_key_even_on_a_node_paused_during_it() {
         .into_iter()
         .collect::<Result<Vec<_>, _>>()
         .expect("connected");
-    let before: Vec<u64> = testbed
-        .nodes()
-        .iter()
-        .map(|n| common::calls_on(n, "evalsha"))
-        .collect();
+    let before = common::script_counts(testbed.nodes());
     testbed.node_mut(4).pause().expect("pause");
 
     match contender.try_acquire("invoice").await {
@@ -131,16 +127,7 @@ async fn dropped_guard_is_released_in_the_background() {
     let lock = common::lock(&testbed);
     let guard = lock.try_acquire("dropped").await.expect("acquire");
     drop(guard);
-    common::wait_for(
-        "the drop-release to reach every node",
-        Duration::from_secs(5),
-        || {
-            common::values(&testbed, "dropped")
-                .iter()
-                .all(Option::is_none)
-        },
-    )
-    .await;
+    common::wait_until_gone(&testbed, "dropped", "the drop-release to reach every node").await;
     lock.try_acquire("dropped")
         .await
         .expect("free again")
@@ -162,11 +149,7 @@ async fn a_win_that_comes_too_late_is_rolled_back() {
             .min_validity(Duration::from_millis(9_900))
     }))
     .await;
-    let before: Vec<u64> = testbed
-        .nodes()
-        .iter()
-        .map(|n| common::calls_on(n, "evalsha"))
-        .collect();
+    let before = common::script_counts(testbed.nodes());
     common::on_every_node(&testbed, &["CLIENT", "PAUSE", "150"]);
     match lock.try_acquire("slow").await {
         Err(Error::ValidityUsedUp {
@@ -206,11 +189,7 @@ async fn a_dropped_acquire_leaks_only_keys_that_expire() {
             .node_timeout(Duration::from_millis(200))
     }))
     .await;
-    let before: Vec<u64> = testbed
-        .nodes()
-        .iter()
-        .map(|n| common::calls_on(n, "evalsha"))
-        .collect();
+    let before = common::script_counts(testbed.nodes());
     testbed.node_mut(2).pause().expect("pause");
     let dropped = tokio::time::timeout(Duration::from_millis(20), lock.try_acquire("cancel")).await;
     assert!(
@@ -228,12 +207,7 @@ async fn a_dropped_acquire_leaks_only_keys_that_expire() {
         );
     }
     testbed.node_mut(2).resume().expect("resume");
-    common::wait_for("the leaked keys to expire", Duration::from_secs(5), || {
-        common::values(&testbed, "cancel")
-            .iter()
-            .all(Option::is_none)
-    })
-    .await;
+    common::wait_until_gone(&testbed, "cancel", "the leaked keys to expire").await;
     lock.try_acquire("cancel")
         .await
         .expect("free again")

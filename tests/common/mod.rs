@@ -60,12 +60,27 @@ pub fn calls_on(node: &RedisNode, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// How many scripts (`EVALSHA`) each node has run so far: the baseline for
+/// [`wait_for_scripts`].
+pub fn script_counts(nodes: &[RedisNode]) -> Vec<u64> {
+    nodes.iter().map(|n| calls_on(n, "evalsha")).collect()
+}
+
 /// Waits until `node` has run at least `at_least` script calls (`EVALSHA`):
 /// the event that a queued acquire and its rollback have both run there.
 pub async fn wait_for_scripts(node: &RedisNode, at_least: u64) {
     let what = format!("{} to run {at_least} scripts", node.url());
     wait_for(&what, Duration::from_secs(5), || {
         calls_on(node, "evalsha") >= at_least
+    })
+    .await;
+}
+
+/// Waits until no node carries `key` (expired or deleted), naming `why`.
+pub async fn wait_until_gone(testbed: &Testbed, key: &str, why: &str) {
+    let what = format!("{key:?} to be gone from every node ({why})");
+    wait_for(&what, Duration::from_secs(5), || {
+        values(testbed, key).iter().all(Option::is_none)
     })
     .await;
 }

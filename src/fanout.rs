@@ -1,16 +1,27 @@
 //! Send one operation to every node at once and stop listening as soon as the
 //! caller has its answer.
 //!
-//! The per-node futures are polled in place (no task per node): their first
-//! poll, which queues each command on its node's connection, happens before
-//! [`fan_out`] first yields. When the caller decides, or the shared deadline
-//! passes, the futures still in flight are dropped. Commands already queued
-//! still run on their node; nothing new is sent for them afterwards.
+//! The per-node futures are polled in place (no task per node). When the
+//! caller decides, or the shared deadline passes, [`fan_out`] returns the
+//! calls still unfinished as [`Unfinished`]. What to do with them is the
+//! caller's choice, and it matters:
+//!
+//! * Acquire and extend **drop** them: nothing of a decided attempt is
+//!   sent after it. A command already written to the socket still runs on
+//!   its node (and its rollback or release queues behind it); one not yet
+//!   written is skipped.
+//! * Rollback and release **finish** them in the background
+//!   ([`Unfinished::finish_in_background`]): a release must reach every
+//!   node, and a dropped release would be skipped if not yet written.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use tokio::task::Unconstrained;
 use tokio::time::Instant;
 
 use crate::error::NodeError;
@@ -26,39 +37,89 @@ pub(crate) enum End {
     DeadlinePassed,
 }
 
+pin_project_lite::pin_project! {
+    /// One node's call, tagged with the node's index.
+    pub(crate) struct Tagged<F> {
+        index: usize,
+        #[pin]
+        call: F,
+    }
+}
+
+impl<F: Future> Future for Tagged<F> {
+    type Output = (usize, F::Output);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        this.call.poll(cx).map(|out| (*this.index, out))
+    }
+}
+
+/// The calls of a fan-out that had not finished when it ended.
+pub(crate) struct Unfinished<F>(FuturesUnordered<Tagged<Unconstrained<F>>>);
+
+impl<F> Unfinished<F>
+where
+    F: Future + Send + 'static,
+{
+    /// Lets the calls run to completion in a background task, for at most
+    /// `bound`. Needs a Tokio runtime; spawns nothing when none is left.
+    pub(crate) fn finish_in_background(self, bound: Duration, what: &'static str) {
+        if self.0.is_empty() {
+            return;
+        }
+        let calls = self.0;
+        tokio::spawn(async move {
+            let drain = calls.for_each(|_| async {});
+            if tokio::time::timeout(bound, drain).await.is_err() {
+                tracing::debug!(
+                    what,
+                    "a node did not answer in time; its key expires by its TTL"
+                );
+            }
+        });
+    }
+}
+
 /// Calls `call(i)` for every node index `i < n` concurrently and hands each
 /// result to `on_reply` as it arrives. Returns when `on_reply` returns
-/// `true`, when every node answered, or at `deadline`.
+/// `true`, when every node answered, or at `deadline`, together with the
+/// calls still unfinished.
 pub(crate) async fn fan_out<T, Fut>(
     n: usize,
     deadline: Instant,
     mut call: impl FnMut(usize) -> Fut,
     mut on_reply: impl FnMut(usize, Result<T, NodeError>) -> bool,
-) -> End
+) -> (End, Unfinished<Fut>)
 where
     Fut: Future<Output = Result<T, NodeError>>,
 {
+    // Unconstrained: tokio's cooperative budget must not keep a call from
+    // queuing its command on its first poll. A call is tiny (queue a command,
+    // await one reply), and a connected node then reliably gets the request
+    // even when the decision comes from faster nodes first.
     let mut in_flight: FuturesUnordered<_> = (0..n)
-        .map(|i| {
-            let fut = call(i);
-            async move { (i, fut.await) }
+        .map(|index| Tagged {
+            index,
+            call: tokio::task::unconstrained(call(index)),
         })
         .collect();
     let timer = tokio::time::sleep_until(deadline);
     tokio::pin!(timer);
-    loop {
+    let end = loop {
         tokio::select! {
             // Replies first: one that is ready at the deadline still counts.
             biased;
             reply = in_flight.next() => match reply {
                 Some((i, result)) => {
                     if on_reply(i, result) {
-                        return End::Decided;
+                        break End::Decided;
                     }
                 }
-                None => return End::AllAnswered,
+                None => break End::AllAnswered,
             },
-            () = &mut timer => return End::DeadlinePassed,
+            () = &mut timer => break End::DeadlinePassed,
         }
-    }
+    };
+    (end, Unfinished(in_flight))
 }

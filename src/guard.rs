@@ -183,7 +183,7 @@ impl LockGuard {
         let mut tally = Tally::new(n, config.required_nodes());
         let mut replies: Vec<Option<Result<bool, NodeError>>> = (0..n).map(|_| None).collect();
         let start = Stamp::now();
-        let end = fan_out(
+        let (end, unfinished) = fan_out(
             n,
             Instant::now() + config.node_timeout,
             |i| self.lock.nodes[i].extend(Arc::clone(&self.key), Arc::clone(&self.token), ttl_ms),
@@ -198,6 +198,8 @@ impl LockGuard {
             },
         )
         .await;
+        // As for acquire: nothing of a decided extend is sent later.
+        drop(unfinished);
         let elapsed = start.elapsed();
         let validity = quorum::validity(ttl, elapsed, config.drift_factor);
         let new_deadline = start.after(ttl.saturating_sub(quorum::drift(ttl, config.drift_factor)));

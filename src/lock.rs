@@ -205,7 +205,7 @@ impl LockShared {
 
         // The clock starts before the first request leaves.
         let start = Stamp::now();
-        let end = fan_out(
+        let (end, unfinished) = fan_out(
             n,
             Instant::now() + config.node_timeout,
             |i| self.nodes[i].acquire(Arc::clone(key), Arc::clone(&token), ttl_ms),
@@ -220,6 +220,9 @@ impl LockShared {
             },
         )
         .await;
+        // Nothing of a decided attempt may be sent later: calls not yet
+        // queued on their connection are dropped here (module docs of fanout).
+        drop(unfinished);
         let elapsed = start.elapsed();
         let validity = quorum::validity(config.ttl, elapsed, config.drift_factor);
 
@@ -312,31 +315,42 @@ impl LockShared {
         token: &Arc<str>,
         replies: &[Option<Result<AcquireReply, NodeError>>],
     ) {
-        let (mut now, mut later) = (Vec::new(), Vec::new());
-        for (node, reply) in self.nodes.iter().zip(replies) {
-            let release = || node.release(Arc::clone(key), Arc::clone(token));
-            match reply {
-                Some(Ok(AcquireReply::Held { .. })) => {}
-                Some(_) => now.push(release()),
-                None => later.push(release()),
-            }
-        }
-        if !later.is_empty() {
-            let bound = self.config.connect_timeout + self.config.node_timeout;
-            tokio::spawn(async move {
-                if tokio::time::timeout(bound, join_all(later)).await.is_err() {
-                    tracing::debug!(
-                        "rollback on an unresponsive node still queued; the key expires by its TTL"
-                    );
+        // (node, whether it answered the acquire) for every node that may
+        // hold our key: all but those that answered "held by another".
+        let targets: Vec<(usize, bool)> = replies
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !matches!(r, Some(Ok(AcquireReply::Held { .. }))))
+            .map(|(i, r)| (i, r.is_some()))
+            .collect();
+        let mut awaited = targets.iter().filter(|(_, answered)| *answered).count();
+        let deadline = if awaited == 0 {
+            Instant::now()
+        } else {
+            Instant::now() + self.config.node_timeout
+        };
+        let (_, unfinished) = fan_out(
+            targets.len(),
+            deadline,
+            |j| self.nodes[targets[j].0].release(Arc::clone(key), Arc::clone(token)),
+            |j, reply| {
+                if let Err(error) = reply {
+                    tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
                 }
-            });
-        }
-        if !now.is_empty() {
-            let done = tokio::time::timeout(self.config.node_timeout, join_all(now)).await;
-            for error in done.iter().flatten().filter_map(|r| r.as_ref().err()) {
-                tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
-            }
-        }
+                if targets[j].1 {
+                    awaited -= 1;
+                }
+                awaited == 0
+            },
+        )
+        .await;
+        unfinished.finish_in_background(self.background_bound(), "rollback");
+    }
+
+    /// How long a release or rollback may go on in the background: long
+    /// enough for a reconnect and one call.
+    fn background_bound(&self) -> Duration {
+        self.config.connect_timeout + self.config.node_timeout
     }
 
     /// Sends the release script to every node and waits for each answer up
@@ -355,7 +369,7 @@ impl LockShared {
             was_held: false,
         };
         let mut answered = vec![false; n];
-        let end = fan_out(
+        let (end, unfinished) = fan_out(
             n,
             Instant::now() + self.config.node_timeout,
             |i| self.nodes[i].release(Arc::clone(key), Arc::clone(token)),
@@ -370,6 +384,8 @@ impl LockShared {
             },
         )
         .await;
+        // A release must reach every node, also one slower than the deadline.
+        unfinished.finish_in_background(self.background_bound(), "release");
         if end == End::DeadlinePassed {
             for (node, _) in self.nodes.iter().zip(&answered).filter(|(_, a)| !**a) {
                 report.failed.push(self.timeout_error(node));

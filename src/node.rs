@@ -1,15 +1,19 @@
 //! One independent Redis master: its connection, the script calls made on
 //! it, and the classification of its errors.
 //!
-//! Each node has **one** multiplexed connection. Once it is up, commands on
-//! it reach the server in the order their futures were first polled, and a
-//! command whose future is dropped after that first poll is still sent. That
-//! is what keeps a rollback or release from overtaking its own acquire on a
-//! node (DESIGN.md, safety rule 5): the release is only created after the
-//! acquire's future was polled, so it queues behind it on the same socket. A
-//! connection pool would lose this ordering. A future still waiting for the
-//! connection has sent nothing; the lock drops such futures when it decides,
-//! so nothing they would send can follow a later release.
+//! Each node has **one** multiplexed connection: one FIFO queue of
+//! commands into one socket. A rollback or release is only created after the
+//! fan-out of its acquire has ended, so it queues behind that acquire and
+//! runs after it on the node; it can never overtake it (DESIGN.md, safety
+//! rule 5). A connection pool would lose this ordering.
+//!
+//! What happens to a call whose future is dropped depends on how far it got:
+//! a command already written to the socket runs on the node; one still
+//! queued is skipped by redis-rs (it sheds requests nobody waits for); one
+//! still waiting for a connection was never queued. So a dropped acquire may
+//! or may not have run, which is why its rollback goes to the node anyway,
+//! and why releases are never dropped but finished in the background
+//! ([`crate::fanout`]).
 //!
 //! Connecting runs in a spawned task shared by every caller, so a node that is
 //! slow to accept (paused, far away) costs each caller at most its own

@@ -24,7 +24,7 @@ async fn outlive(guard: &LockGuard) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_owner_release_deletes_nothing_and_release_after_expiry_is_not_held() {
     let testbed = Testbed::start(5).expect("testbed");
-    let a = common::lock_with(&testbed, |b| b.ttl(SHORT_TTL));
+    let a = common::lock_with(&testbed, |b| b.ttl(SHORT_TTL).node_timeout(SHORT_TTL / 10));
     let b = common::connected(common::lock(&testbed)).await;
 
     let stale = a.try_acquire("stock").await.expect("a acquires");
@@ -50,7 +50,10 @@ async fn non_owner_release_deletes_nothing_and_release_after_expiry_is_not_held(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner_extend_keeps_the_lock_past_its_original_ttl() {
     let testbed = Testbed::start(5).expect("testbed");
-    let lock = common::connected(common::lock_with(&testbed, |b| b.ttl(SHORT_TTL))).await;
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(SHORT_TTL).node_timeout(SHORT_TTL / 10)
+    }))
+    .await;
     let mut guard = lock.try_acquire("batch").await.expect("acquire");
     assert!(guard.validity() < SHORT_TTL);
 
@@ -84,7 +87,7 @@ async fn owner_extend_keeps_the_lock_past_its_original_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_after_expiry_fails_as_lost() {
     let testbed = Testbed::start(3).expect("testbed");
-    let lock = common::lock_with(&testbed, |b| b.ttl(SHORT_TTL));
+    let lock = common::lock_with(&testbed, |b| b.ttl(SHORT_TTL).node_timeout(SHORT_TTL / 10));
     let mut guard = lock.try_acquire("late").await.expect("acquire");
     outlive(&guard).await;
     match guard.extend(Duration::from_secs(10)).await {

@@ -5,16 +5,19 @@
 use std::time::{Duration, Instant};
 
 use quorumlock::{Hold, LockConfig, LockConfigBuilder, LockGuard, MultiLock};
-use quorumlock_testbed::{RedisNode, Testbed};
+use quorumlock_testbed::{NodeOptions, RedisNode, Testbed};
 
 /// A lock over every node of `testbed`, configured by `configure`.
 pub fn lock_with(
     testbed: &Testbed,
     configure: impl FnOnce(LockConfigBuilder) -> LockConfigBuilder,
 ) -> MultiLock {
+    // A generous node timeout: a busy CI machine must not turn a live node
+    // into a "timed out" one. Tests of timing set their own.
     let builder = LockConfig::builder()
         .nodes(testbed.urls())
-        .ttl(Duration::from_secs(30));
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_secs(1));
     MultiLock::new(
         configure(builder)
             .build()
@@ -60,20 +63,116 @@ pub fn calls_on(node: &RedisNode, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// How many scripts (`EVALSHA`) each node has run so far: the baseline for
-/// [`wait_for_scripts`].
-pub fn script_counts(nodes: &[RedisNode]) -> Vec<u64> {
-    nodes.iter().map(|n| calls_on(n, "evalsha")).collect()
+/// Starts `n` nodes that record every command in their slowlog, so a test
+/// can see which lock scripts ran on a node, and in which order.
+pub fn start_recording(n: usize) -> Testbed {
+    let options = NodeOptions {
+        extra_config: vec![
+            ("slowlog-log-slower-than".into(), "0".into()),
+            ("slowlog-max-len".into(), "100000".into()),
+        ],
+        ..NodeOptions::default()
+    };
+    Testbed::start_with(n, options).expect("testbed")
 }
 
-/// Waits until `node` has run at least `at_least` script calls (`EVALSHA`):
-/// the event that a queued acquire and its rollback have both run there.
-pub async fn wait_for_scripts(node: &RedisNode, at_least: u64) {
-    let what = format!("{} to run {at_least} scripts", node.url());
+/// A lock script call seen in a node's slowlog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptCall {
+    /// `key token ttl`: the acquire (or extend) script.
+    Acquire,
+    /// `key token`: the release (rollback) script.
+    Release,
+}
+
+/// The lock scripts a recording node ran on `key`, oldest first, with their
+/// slowlog ids (which grow in execution order).
+pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
+    let mut conn = node.connection().expect("inspect node");
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query(&mut conn)
+        .expect("SLOWLOG GET");
+    let mut calls: Vec<(u64, ScriptCall)> = entries
+        .into_iter()
+        .filter_map(|entry| {
+            let (id, args): (u64, Vec<redis::Value>) = match entry {
+                redis::Value::Array(fields) if fields.len() >= 4 => (
+                    redis::from_redis_value(fields[0].clone()).ok()?,
+                    redis::from_redis_value(fields[3].clone()).ok()?,
+                ),
+                _ => return None,
+            };
+            let args: Vec<String> = args
+                .into_iter()
+                .filter_map(|a| redis::from_redis_value(a).ok())
+                .collect();
+            let verb = args.first()?.to_ascii_uppercase();
+            if !(verb == "EVALSHA" || verb == "EVAL")
+                || args.get(3).map(String::as_str) != Some(key)
+            {
+                return None;
+            }
+            match args.len() {
+                5 => Some((id, ScriptCall::Release)),
+                6 => Some((id, ScriptCall::Acquire)),
+                _ => None,
+            }
+        })
+        .collect();
+    calls.sort_unstable_by_key(|(id, _)| *id);
+    calls
+}
+
+/// The newest slowlog id of a recording node: "before" for [`wait_for_rollback`].
+pub fn log_mark(node: &RedisNode) -> u64 {
+    let mut conn = node.connection().expect("inspect node");
+    let newest: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(1)
+        .query(&mut conn)
+        .expect("SLOWLOG GET");
+    newest
+        .first()
+        .and_then(|e| match e {
+            redis::Value::Array(fields) => fields
+                .first()
+                .and_then(|id| redis::from_redis_value(id.clone()).ok()),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until a recording node has run a release of `key` after `mark`
+/// (the rollback, which is always sent), then checks that every acquire of
+/// `key` after `mark` ran before it: a rollback never overtakes its acquire.
+/// (The acquire itself may not have run at all: a request still queued when
+/// the attempt was decided is never sent.)
+pub async fn wait_for_rollback(node: &RedisNode, key: &str, mark: u64) {
+    let what = format!("the rollback of {key:?} on {}", node.url());
+    let after = || {
+        script_calls(node, key)
+            .into_iter()
+            .filter(|(id, _)| *id > mark)
+            .collect::<Vec<_>>()
+    };
     wait_for(&what, Duration::from_secs(5), || {
-        calls_on(node, "evalsha") >= at_least
+        after().iter().any(|(_, c)| *c == ScriptCall::Release)
     })
     .await;
+    let calls = after();
+    let first_release = calls
+        .iter()
+        .position(|(_, c)| *c == ScriptCall::Release)
+        .expect("seen above");
+    assert!(
+        calls[first_release..]
+            .iter()
+            .all(|(_, c)| *c == ScriptCall::Release),
+        "an acquire ran after its rollback on {}: {calls:?}",
+        node.url()
+    );
 }
 
 /// Waits until no node carries `key` (expired or deleted), naming `why`.

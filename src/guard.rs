@@ -66,11 +66,12 @@ pub struct ReleaseReport {
 ///
 /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).ttl(Duration::from_secs(2)).build()?);
 /// let mut guard = lock.try_acquire("stock:sku-42").await?;
-/// assert_eq!(guard.held_nodes().count(), 3.min(guard.held_nodes().count()));
+/// // A majority of the 3 nodes confirmed; the third may still be answering.
+/// assert!(guard.held_nodes().count() >= 2);
 /// let validity = guard.extend(Duration::from_secs(5)).await?;
 /// assert!(validity > Duration::from_secs(4));
 /// let report = guard.release().await;
-/// assert_eq!(report.released, 3);
+/// assert!(report.was_held && report.released >= 2);
 /// # Ok(())
 /// # }
 /// ```

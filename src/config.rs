@@ -268,7 +268,7 @@ fn check_ttl_with(
         });
     }
     let drift = quorum::drift(ttl, drift_factor);
-    if ttl.saturating_sub(drift) <= min_validity {
+    if quorum::lease(ttl, drift_factor) <= min_validity {
         return Err(ConfigError::NoValidityLeft {
             ttl,
             drift_factor,

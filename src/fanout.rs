@@ -24,7 +24,9 @@ use futures::stream::FuturesUnordered;
 use tokio::task::Unconstrained;
 use tokio::time::Instant;
 
+use crate::clock::Stamp;
 use crate::error::NodeError;
+use crate::quorum::{self, Decision, Tally, Vote};
 
 /// How a fan-out ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,4 +124,70 @@ where
         }
     };
     (end, Unfinished(in_flight))
+}
+
+/// A fan-out decided by a quorum tally (acquire, extend): the votes, the
+/// replies, and the times its validity is computed from.
+pub(crate) struct QuorumRound<T> {
+    pub(crate) tally: Tally,
+    /// Each node's vote; `None`: no reply before the round ended.
+    pub(crate) votes: Vec<Option<Vote>>,
+    pub(crate) replies: Vec<Option<Result<T, NodeError>>>,
+    pub(crate) end: End,
+    /// Taken before the first request left.
+    pub(crate) start: Stamp,
+    pub(crate) elapsed: Duration,
+}
+
+/// Sends `call(i)` to every node and tallies the replies (`vote` classifies
+/// an answer; an error is a failed vote) until the quorum of `required` is
+/// won, out of reach, or `node_timeout` has passed. Nothing of a decided
+/// round is sent afterwards: its unfinished calls are dropped.
+pub(crate) async fn quorum_round<T, Fut>(
+    n: usize,
+    required: usize,
+    node_timeout: Duration,
+    call: impl FnMut(usize) -> Fut,
+    vote: impl Fn(&T) -> Vote,
+) -> QuorumRound<T>
+where
+    Fut: Future<Output = Result<T, NodeError>>,
+{
+    let mut tally = Tally::new(n, required);
+    let mut votes = vec![None; n];
+    let mut replies: Vec<Option<Result<T, NodeError>>> = (0..n).map(|_| None).collect();
+    let start = Stamp::now();
+    let (end, unfinished) = fan_out(n, Instant::now() + node_timeout, call, |i, reply| {
+        let v = reply.as_ref().map_or(Vote::Failed, &vote);
+        tally.record(v);
+        votes[i] = Some(v);
+        replies[i] = Some(reply);
+        tally.decision() != Decision::Pending
+    })
+    .await;
+    drop(unfinished);
+    QuorumRound {
+        tally,
+        votes,
+        replies,
+        end,
+        start,
+        elapsed: start.elapsed(),
+    }
+}
+
+impl<T> QuorumRound<T> {
+    /// For keys given `ttl` by this round: the validity left now that it has
+    /// ended (`ttl − elapsed − drift`) and its deadline (`start + ttl − drift`).
+    pub(crate) fn validity(&self, ttl: Duration, drift_factor: f64) -> (Duration, Stamp) {
+        (
+            quorum::validity(ttl, self.elapsed, drift_factor),
+            self.start.after(quorum::lease(ttl, drift_factor)),
+        )
+    }
+
+    /// Whether the round won its quorum with more than `min` validity left.
+    pub(crate) fn won_with(&self, ttl: Duration, drift_factor: f64, min: Duration) -> bool {
+        self.tally.decision() == Decision::Won && self.validity(ttl, drift_factor).0 > min
+    }
 }

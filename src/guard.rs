@@ -4,14 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::clock::Stamp;
 use crate::config;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
-use crate::fanout::fan_out;
+use crate::fanout::quorum_round;
 use crate::lock::{LockShared, ttl_millis};
-use crate::quorum::{self, Decision, Tally, Vote};
+use crate::quorum::{Decision, Vote};
 use crate::stats::bump;
 
 /// Whether a guard holds its key on one node, as of the last acquire or
@@ -179,59 +177,39 @@ impl LockGuard {
         if !self.is_held() {
             return Err(self.lost(LostReason::ValidityExpired));
         }
-        let n = self.lock.nodes.len();
         let ttl_ms = ttl_millis(ttl);
-        let mut tally = Tally::new(n, config.required_nodes());
-        let mut replies: Vec<Option<Result<bool, NodeError>>> = (0..n).map(|_| None).collect();
-        let start = Stamp::now();
-        let (end, unfinished) = fan_out(
-            n,
-            Instant::now() + config.node_timeout,
+        let mut round = quorum_round(
+            self.lock.nodes.len(),
+            config.required_nodes(),
+            config.node_timeout,
             |i| self.lock.nodes[i].extend(Arc::clone(&self.key), Arc::clone(&self.token), ttl_ms),
-            |i, reply| {
-                tally.record(match &reply {
-                    Ok(true) => Vote::Won,
-                    Ok(false) => Vote::Contended,
-                    Err(_) => Vote::Failed,
-                });
-                replies[i] = Some(reply);
-                tally.decision() != Decision::Pending
-            },
+            |ours: &bool| if *ours { Vote::Won } else { Vote::Contended },
         )
         .await;
-        // As for acquire: nothing of a decided extend is sent later.
-        drop(unfinished);
-        let elapsed = start.elapsed();
-        let validity = quorum::validity(ttl, elapsed, config.drift_factor);
-        let new_deadline = start.after(ttl.saturating_sub(quorum::drift(ttl, config.drift_factor)));
-        tracing::debug!(key = %self.key, won = tally.won(), ?elapsed, ?validity, "extend");
+        let (validity, new_deadline) = round.validity(ttl, config.drift_factor);
+        let tally = round.tally;
+        tracing::debug!(key = %self.key, won = tally.won(), elapsed = ?round.elapsed, ?validity, "extend");
 
         if !self.is_held() {
             return Err(self.lost(LostReason::ValidityExpired));
         }
-        if tally.decision() == Decision::Won && validity > config.min_validity {
+        if round.won_with(ttl, config.drift_factor, config.min_validity) {
             self.deadline = new_deadline;
-            for (hold, reply) in self.holds.iter_mut().zip(&replies) {
-                *hold = match reply {
-                    Some(Ok(true)) => Hold::Held,
-                    None => Hold::Unknown,
-                    Some(_) => Hold::NotHeld,
-                };
-            }
+            self.holds = holds(&round.votes);
             bump(&self.lock.counters.extended);
             return Ok(self.validity());
         }
         bump(&self.lock.counters.extend_failed);
         // Nodes that took the new TTL may expire before the old deadline.
         self.deadline = self.deadline.min(new_deadline);
-        let nodes = self.lock.reports(&mut replies, end);
+        let nodes = self.lock.reports(&mut round.replies, round.end);
         if tally.contention_rules_out_quorum() {
             return Err(self.lost(LostReason::KeysGone(nodes)));
         }
         if tally.decision() == Decision::Won {
             return Err(Error::ValidityUsedUp {
                 key: self.key.to_string(),
-                elapsed,
+                elapsed: round.elapsed,
                 validity,
                 min_validity: config.min_validity,
             });
@@ -288,6 +266,19 @@ impl Drop for LockGuard {
             tracing::debug!(key = %key, released = report.released, "released on drop");
         });
     }
+}
+
+/// Each node's hold after a quorum round, from its vote (`None`: the round
+/// was decided before the node answered).
+pub(crate) fn holds(votes: &[Option<Vote>]) -> Vec<Hold> {
+    votes
+        .iter()
+        .map(|v| match v {
+            Some(Vote::Won) => Hold::Held,
+            Some(_) => Hold::NotHeld,
+            None => Hold::Unknown,
+        })
+        .collect()
 }
 
 impl From<bool> for NodeOutcome {

@@ -9,13 +9,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::clock::Stamp;
 use crate::config::LockConfig;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
-use crate::fanout::{End, fan_out};
-use crate::guard::{Hold, LockGuard, ReleaseReport};
+use crate::fanout::{End, fan_out, quorum_round};
+use crate::guard::{LockGuard, ReleaseReport, holds};
 use crate::node::{AcquireReply, Node};
-use crate::quorum::{self, Decision, Tally, Vote};
+use crate::quorum::{self, Decision, Vote};
 use crate::stats::{Counters, LockStats, bump};
 
 /// A distributed lock service over N independent Redis masters ("nodes").
@@ -195,58 +194,32 @@ impl LockShared {
     /// One acquire attempt, following DESIGN.md "The acquire path".
     async fn attempt(self: &Arc<Self>, key: &Arc<str>) -> Result<LockGuard, Error> {
         let config = &self.config;
-        let n = self.nodes.len();
         let token = new_token();
         let ttl_ms = ttl_millis(config.ttl);
         bump(&self.counters.attempts);
-        let mut tally = Tally::new(n, config.required_nodes());
-        let mut replies: Vec<Option<Result<AcquireReply, NodeError>>> =
-            (0..n).map(|_| None).collect();
-
-        // The clock starts before the first request leaves.
-        let start = Stamp::now();
-        let (end, unfinished) = fan_out(
-            n,
-            Instant::now() + config.node_timeout,
+        let mut round = quorum_round(
+            self.nodes.len(),
+            config.required_nodes(),
+            config.node_timeout,
             |i| self.nodes[i].acquire(Arc::clone(key), Arc::clone(&token), ttl_ms),
-            |i, reply| {
-                tally.record(match &reply {
-                    Ok(AcquireReply::Won) => Vote::Won,
-                    Ok(AcquireReply::Held { .. }) => Vote::Contended,
-                    Err(_) => Vote::Failed,
-                });
-                replies[i] = Some(reply);
-                tally.decision() != Decision::Pending
+            |reply| match reply {
+                AcquireReply::Won => Vote::Won,
+                AcquireReply::Held { .. } => Vote::Contended,
             },
         )
         .await;
-        // Nothing of a decided attempt may be sent later: calls not yet
-        // queued on their connection are dropped here (module docs of fanout).
-        drop(unfinished);
-        let elapsed = start.elapsed();
-        let validity = quorum::validity(config.ttl, elapsed, config.drift_factor);
+        let (validity, deadline) = round.validity(config.ttl, config.drift_factor);
+        let tally = round.tally;
 
         let span = tracing::Span::current();
         span.record("won", tally.won());
-        span.record("elapsed_us", elapsed.as_micros() as u64);
+        span.record("elapsed_us", round.elapsed.as_micros() as u64);
         span.record("validity_ms", validity.as_millis() as u64);
 
-        if tally.decision() == Decision::Won && validity > config.min_validity {
-            let deadline = start.after(
-                config
-                    .ttl
-                    .saturating_sub(quorum::drift(config.ttl, config.drift_factor)),
-            );
-            let holds = replies
-                .iter()
-                .map(|r| match r {
-                    Some(Ok(AcquireReply::Won)) => Hold::Held,
-                    None => Hold::Unknown,
-                    Some(_) => Hold::NotHeld,
-                })
-                .collect();
+        if round.won_with(config.ttl, config.drift_factor, config.min_validity) {
             tracing::debug!(won = tally.won(), ?validity, "acquired");
             bump(&self.counters.acquired);
+            let holds = holds(&round.votes);
             return Ok(LockGuard::new(
                 Arc::clone(self),
                 Arc::clone(key),
@@ -257,18 +230,18 @@ impl LockShared {
         }
 
         // Lost (or won too late): undo whatever the attempt may have written.
-        self.rollback(key, &token, &replies).await;
+        self.rollback(key, &token, &round.replies).await;
 
         if tally.decision() == Decision::Won {
             bump(&self.counters.validity_used_up);
             return Err(Error::ValidityUsedUp {
                 key: key.to_string(),
-                elapsed,
+                elapsed: round.elapsed,
                 validity,
                 min_validity: config.min_validity,
             });
         }
-        let nodes = self.reports(&mut replies, end);
+        let nodes = self.reports(&mut round.replies, round.end);
         if tally.lost_to_contention() {
             let mut pttls: Vec<Option<Duration>> = nodes
                 .0
@@ -278,7 +251,7 @@ impl LockShared {
                     _ => None,
                 })
                 .collect();
-            let live = n - nodes.errors().count();
+            let live = self.nodes.len() - tally.failed();
             let free_in = quorum::free_in(live, tally.required(), &mut pttls);
             tracing::debug!(contended = tally.contended(), ?free_in, "contended");
             bump(&self.counters.contended);

@@ -106,6 +106,10 @@ impl Tally {
         self.contended
     }
 
+    pub(crate) fn failed(&self) -> usize {
+        self.failed
+    }
+
     pub(crate) fn required(&self) -> usize {
         self.required
     }
@@ -144,11 +148,16 @@ pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
     Duration::from_secs_f64(ttl.as_secs_f64() * drift_factor) + Duration::from_millis(2)
 }
 
+/// How long after a fan-out's start its keys are surely still ours:
+/// `ttl − drift`. A holder's deadline is `start + lease`.
+pub(crate) fn lease(ttl: Duration, drift_factor: f64) -> Duration {
+    ttl.saturating_sub(drift(ttl, drift_factor))
+}
+
 /// Time the holder may still assume exclusivity after a fan-out that started
 /// `elapsed` ago: `ttl − elapsed − drift`, floored at zero.
 pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Duration {
-    ttl.saturating_sub(elapsed)
-        .saturating_sub(drift(ttl, drift_factor))
+    lease(ttl, drift_factor).saturating_sub(elapsed)
 }
 
 /// How long until enough contended nodes free up for a quorum to become
@@ -314,6 +323,9 @@ mod tests {
             prop_assert!(v_lo >= v_hi);
             prop_assert!(v_lo <= ttl.saturating_sub(drift(ttl, factor)));
             prop_assert!(v_lo + Duration::from_micros(lo) + drift(ttl, factor) <= ttl || v_lo.is_zero());
+            // The deadline and the validity tell the same story: a lease
+            // taken at `start` leaves `lease − elapsed` once `elapsed` passed.
+            prop_assert_eq!(v_lo, lease(ttl, factor).saturating_sub(Duration::from_micros(lo)));
         }
     }
 }

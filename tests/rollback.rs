@@ -64,22 +64,17 @@ async fn failed_attempt_leaves_no_key_even_on_a_node_paused_during_it() {
     }
     // The holder's nodes are untouched; node 3 runs our acquire and then
     // its rollback (awaited if node 3 answered, queued behind it if not).
-    common::wait_for_rollback(testbed.node(3), "invoice", marks[3]).await;
-    let values: Vec<Option<String>> = testbed.nodes()[..4]
-        .iter()
-        .map(|n| common::value_on(n, "invoice"))
-        .collect();
-    assert_eq!(values[..3], vec![Some(held.token().to_string()); 3][..]);
-    assert_eq!(values[3], None, "rolled back on the node it won");
+    common::assert_rolled_back(testbed.node(3), "invoice", marks[3]).await;
+    for node in &testbed.nodes()[..3] {
+        assert_eq!(
+            common::value_on(node, "invoice").as_deref(),
+            Some(held.token())
+        );
+    }
 
     // The paused node has the acquire and the rollback queued, in that order.
     testbed.node_mut(4).resume().expect("resume");
-    common::wait_for_rollback(testbed.node(4), "invoice", marks[4]).await;
-    assert_eq!(
-        common::value_on(testbed.node(4), "invoice"),
-        None,
-        "the rollback ran after the acquire"
-    );
+    common::assert_rolled_back(testbed.node(4), "invoice", marks[4]).await;
     held.release().await;
 }
 
@@ -111,8 +106,7 @@ async fn release_never_overtakes_the_acquire_on_a_paused_node() {
     );
 
     testbed.node_mut(2).resume().expect("resume");
-    common::wait_for_rollback(testbed.node(2), "capture", mark).await;
-    assert_eq!(common::value_on(testbed.node(2), "capture"), None);
+    common::assert_rolled_back(testbed.node(2), "capture", mark).await;
 }
 
 /// Dropping a guard without release releases it in the background.
@@ -159,13 +153,7 @@ async fn a_win_that_comes_too_late_is_rolled_back() {
         other => panic!("expected ValidityUsedUp, got {other:?}"),
     }
     for (node, mark) in testbed.nodes().iter().zip(&marks) {
-        common::wait_for_rollback(node, "slow", *mark).await;
-        assert_eq!(
-            common::value_on(node, "slow"),
-            None,
-            "rolled back on {}",
-            node.url()
-        );
+        common::assert_rolled_back(node, "slow", *mark).await;
     }
 }
 

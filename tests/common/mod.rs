@@ -85,29 +85,37 @@ pub enum ScriptCall {
     Release,
 }
 
-/// The lock scripts a recording node ran on `key`, oldest first, with their
-/// slowlog ids (which grow in execution order).
-pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
+/// The newest `count` entries of a recording node's slowlog as (id, args).
+fn slowlog(node: &RedisNode, count: usize) -> Vec<(u64, Vec<String>)> {
     let mut conn = node.connection().expect("inspect node");
     let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
-        .arg(100_000)
+        .arg(count)
         .query(&mut conn)
         .expect("SLOWLOG GET");
-    let mut calls: Vec<(u64, ScriptCall)> = entries
+    entries
         .into_iter()
-        .filter_map(|entry| {
-            let (id, args): (u64, Vec<redis::Value>) = match entry {
-                redis::Value::Array(fields) if fields.len() >= 4 => (
-                    redis::from_redis_value(fields[0].clone()).ok()?,
-                    redis::from_redis_value(fields[3].clone()).ok()?,
-                ),
-                _ => return None,
-            };
-            let args: Vec<String> = args
-                .into_iter()
-                .filter_map(|a| redis::from_redis_value(a).ok())
-                .collect();
+        .filter_map(|entry| match entry {
+            redis::Value::Array(fields) if fields.len() >= 4 => {
+                let id = redis::from_redis_value(fields[0].clone()).ok()?;
+                let args: Vec<redis::Value> = redis::from_redis_value(fields[3].clone()).ok()?;
+                let args = args
+                    .into_iter()
+                    .filter_map(|a| redis::from_redis_value(a).ok())
+                    .collect();
+                Some((id, args))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lock scripts a recording node ran on `key`, oldest first, with their
+/// slowlog ids (which grow in execution order).
+pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
+    let mut calls: Vec<(u64, ScriptCall)> = slowlog(node, 100_000)
+        .into_iter()
+        .filter_map(|(id, args)| {
             let verb = args.first()?.to_ascii_uppercase();
             if !(verb == "EVALSHA" || verb == "EVAL")
                 || args.get(3).map(String::as_str) != Some(key)
@@ -125,31 +133,18 @@ pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
     calls
 }
 
-/// The newest slowlog id of a recording node: "before" for [`wait_for_rollback`].
+/// The newest slowlog id of a recording node: "before" for [`assert_rolled_back`].
 pub fn log_mark(node: &RedisNode) -> u64 {
-    let mut conn = node.connection().expect("inspect node");
-    let newest: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(1)
-        .query(&mut conn)
-        .expect("SLOWLOG GET");
-    newest
-        .first()
-        .and_then(|e| match e {
-            redis::Value::Array(fields) => fields
-                .first()
-                .and_then(|id| redis::from_redis_value(id.clone()).ok()),
-            _ => None,
-        })
-        .unwrap_or(0)
+    slowlog(node, 1).first().map_or(0, |(id, _)| *id)
 }
 
 /// Waits until a recording node has run a release of `key` after `mark`
 /// (the rollback, which is always sent), then checks that every acquire of
-/// `key` after `mark` ran before it: a rollback never overtakes its acquire.
-/// (The acquire itself may not have run at all: a request still queued when
-/// the attempt was decided is never sent.)
-pub async fn wait_for_rollback(node: &RedisNode, key: &str, mark: u64) {
+/// `key` after `mark` ran before it (a rollback never overtakes its acquire)
+/// and that the node no longer carries the key. (The acquire itself may not
+/// have run at all: a request still queued when the attempt was decided is
+/// never sent.)
+pub async fn assert_rolled_back(node: &RedisNode, key: &str, mark: u64) {
     let what = format!("the rollback of {key:?} on {}", node.url());
     let after = || {
         script_calls(node, key)
@@ -173,6 +168,7 @@ pub async fn wait_for_rollback(node: &RedisNode, key: &str, mark: u64) {
         "an acquire ran after its rollback on {}: {calls:?}",
         node.url()
     );
+    assert_eq!(value_on(node, key), None, "{key:?} left on {}", node.url());
 }
 
 /// Waits until no node carries `key` (expired or deleted), naming `why`.

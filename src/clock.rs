@@ -51,6 +51,16 @@ impl Stamp {
         Stamp(self.0.saturating_add(d))
     }
 
+    /// The stamp `d` before this one (saturating at the clock's origin).
+    pub(crate) fn before(self, d: Duration) -> Stamp {
+        Stamp(self.0.saturating_sub(d))
+    }
+
+    /// The Tokio instant at which this stamp will be reached, for timers.
+    pub(crate) fn to_instant(self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.remaining()
+    }
+
     /// Time left from now until this stamp (zero once it has passed).
     pub fn remaining(self) -> Duration {
         self.saturating_since(Stamp::now())

@@ -42,6 +42,10 @@ pub struct LockConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) retry: RetryPolicy,
     pub(crate) min_validity: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) renew_interval: Duration,
+    pub(crate) loss_margin: Duration,
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// One configured node: the URL as given and what it parsed to.
@@ -63,6 +67,10 @@ pub struct LockConfigBuilder {
     connect_timeout: Option<Duration>,
     retry: RetryPolicy,
     min_validity: Option<Duration>,
+    watchdog: bool,
+    renew_interval: Option<Duration>,
+    loss_margin: Option<Duration>,
+    max_hold: Option<Duration>,
 }
 
 impl LockConfig {
@@ -124,6 +132,28 @@ impl LockConfig {
     /// A win that leaves no more validity than this is rolled back.
     pub fn min_validity(&self) -> Duration {
         self.min_validity
+    }
+
+    /// Whether guards from `acquire`/`try_acquire` renew themselves in the
+    /// background (see [`crate::watchdog`]).
+    pub fn watchdog(&self) -> bool {
+        self.watchdog
+    }
+
+    /// How long after a successful acquire or renewal the watchdog renews.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+    }
+
+    /// How long before its validity deadline a guard is declared lost when
+    /// no renewal succeeded.
+    pub fn loss_margin(&self) -> Duration {
+        self.loss_margin
+    }
+
+    /// How long the watchdog keeps renewing one guard, if bounded.
+    pub fn max_hold(&self) -> Option<Duration> {
+        self.max_hold
     }
 }
 
@@ -189,6 +219,38 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Turns the watchdog on for every guard of `acquire` and `try_acquire`
+    /// (default off; [`MultiLock::run_exclusive`](crate::MultiLock::run_exclusive)
+    /// always uses it). See [`crate::watchdog`] for what it guarantees.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// How long after a successful acquire or renewal the watchdog renews
+    /// (default: a third of the TTL, as Redisson). Renewals due within a
+    /// tenth of this of each other are sent to each node together.
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.renew_interval = Some(interval);
+        self
+    }
+
+    /// How long before the validity deadline a guard whose renewals keep
+    /// failing is declared lost (default: a tenth of the TTL). It must cover
+    /// the time the holder needs to notice and stop.
+    pub fn loss_margin(mut self, margin: Duration) -> Self {
+        self.loss_margin = Some(margin);
+        self
+    }
+
+    /// Stops renewing a guard this long after it was acquired (default:
+    /// never). The guard then runs out its validity and is declared lost
+    /// with [`LostReason::MaxHoldReached`](crate::LostReason::MaxHoldReached).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
     /// Checks every setting and returns the first problem, naming the field
     /// and the value.
     pub fn build(self) -> Result<LockConfig, ConfigError> {
@@ -223,6 +285,23 @@ impl LockConfigBuilder {
         let min_validity = self.min_validity.unwrap_or(ttl / 10);
         check_ttl_with(ttl, node_timeout, drift_factor, min_validity)?;
         self.retry.validate()?;
+        let lease = quorum::lease(ttl, drift_factor);
+        let loss_margin = self.loss_margin.unwrap_or(ttl / 10);
+        if loss_margin.is_zero() || loss_margin >= lease {
+            return Err(ConfigError::LossMarginOutOfRange { loss_margin, lease });
+        }
+        // A renewal must be due before the loss is: leave room for retries.
+        let renew_interval = self.renew_interval.unwrap_or(ttl / 3);
+        let max_interval = lease - loss_margin;
+        if renew_interval.is_zero() || renew_interval >= max_interval {
+            return Err(ConfigError::RenewIntervalOutOfRange {
+                renew_interval,
+                max: max_interval,
+            });
+        }
+        if self.max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(ConfigError::MaxHoldZero);
+        }
 
         Ok(LockConfig {
             nodes,
@@ -233,6 +312,10 @@ impl LockConfigBuilder {
             connect_timeout,
             retry: self.retry,
             min_validity,
+            watchdog: self.watchdog,
+            renew_interval,
+            loss_margin,
+            max_hold: self.max_hold,
         })
     }
 }
@@ -485,6 +568,55 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(matches!(err, ConfigError::NoValidityLeft { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn watchdog_defaults_follow_the_ttl() {
+        let c = three().ttl(Duration::from_secs(9)).build().expect("valid");
+        assert!(!c.watchdog());
+        assert_eq!(c.renew_interval(), Duration::from_secs(3));
+        assert_eq!(c.loss_margin(), Duration::from_millis(900));
+        assert_eq!(c.max_hold(), None);
+    }
+
+    #[test]
+    fn renew_interval_must_leave_room_before_the_loss() {
+        // Lease of 10 s: 10 s − 102 ms drift; minus the 1 s margin.
+        let max = Duration::from_millis(8_898);
+        for renew_interval in [Duration::ZERO, max, Duration::from_secs(20)] {
+            let err = three()
+                .ttl(Duration::from_secs(10))
+                .renew_interval(renew_interval)
+                .build()
+                .unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::RenewIntervalOutOfRange {
+                    renew_interval,
+                    max
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn loss_margin_and_max_hold_out_of_range() {
+        let lease = Duration::from_millis(9_898);
+        for loss_margin in [Duration::ZERO, lease, Duration::from_secs(11)] {
+            let err = three()
+                .ttl(Duration::from_secs(10))
+                .loss_margin(loss_margin)
+                .build()
+                .unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::LossMarginOutOfRange { loss_margin, lease }
+            );
+        }
+        assert_eq!(
+            three().max_hold(Duration::ZERO).build().unwrap_err(),
+            ConfigError::MaxHoldZero
+        );
     }
 
     #[test]

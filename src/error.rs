@@ -85,6 +85,29 @@ pub enum ConfigError {
         /// The configured minimum validity.
         min_validity: Duration,
     },
+    /// The loss margin is zero or not below the lease (TTL minus drift).
+    #[error(
+        "`loss_margin` is {loss_margin:?}: it must be above zero and below the TTL minus the drift allowance ({lease:?})"
+    )]
+    LossMarginOutOfRange {
+        /// The configured margin.
+        loss_margin: Duration,
+        /// TTL minus the drift allowance.
+        lease: Duration,
+    },
+    /// The renewal interval is zero or would come after the loss margin.
+    #[error(
+        "`renew_interval` is {renew_interval:?}: it must be above zero and below the TTL minus drift minus `loss_margin` ({max:?}), so that a renewal is due before the guard would be declared lost"
+    )]
+    RenewIntervalOutOfRange {
+        /// The configured interval.
+        renew_interval: Duration,
+        /// The bound it must stay below.
+        max: Duration,
+    },
+    /// The maximum hold time is zero.
+    #[error("`max_hold` is zero: leave it unset for no bound, or give a positive duration")]
+    MaxHoldZero,
     /// A retry setting that cannot work.
     #[error("`retry.{field}` is {value}: {reason}")]
     InvalidRetry {
@@ -240,10 +263,20 @@ impl NodeReports {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
-    /// The validity deadline passed.
+    /// The validity deadline passed (or came within the loss margin) and
+    /// nothing renewed it: a guard without the watchdog that was not
+    /// extended in time.
     ValidityExpired,
-    /// Too few nodes still carry our token for a quorum.
+    /// Too few nodes still carry our token for a quorum: other owners hold
+    /// the key on the rest.
     KeysGone(NodeReports),
+    /// The watchdog's renewals did not reach the quorum before the loss
+    /// margin; the last round's per-node outcomes.
+    RenewalsFailed(NodeReports),
+    /// The watchdog stopped renewing after the configured maximum hold time.
+    MaxHoldReached(Duration),
+    /// The guard was released (or dropped).
+    Released,
 }
 
 impl fmt::Display for LostReason {
@@ -253,6 +286,14 @@ impl fmt::Display for LostReason {
             LostReason::KeysGone(nodes) => {
                 write!(f, "too few nodes still hold our token ({nodes})")
             }
+            LostReason::RenewalsFailed(nodes) => write!(
+                f,
+                "renewals did not reach the quorum before the loss margin (last round: {nodes})"
+            ),
+            LostReason::MaxHoldReached(max) => {
+                write!(f, "the maximum hold time of {} was reached", Human(*max))
+            }
+            LostReason::Released => f.write_str("it was released"),
         }
     }
 }
@@ -361,7 +402,7 @@ impl Error {
         match self {
             Error::Contended { nodes, .. } | Error::QuorumNotReached { nodes, .. } => Some(nodes),
             Error::Lost {
-                reason: LostReason::KeysGone(nodes),
+                reason: LostReason::KeysGone(nodes) | LostReason::RenewalsFailed(nodes),
                 ..
             } => Some(nodes),
             Error::WaitBudgetExhausted { last, .. } => last.node_reports(),

@@ -1,16 +1,21 @@
 //! [`LockGuard`]: a held lock, its validity, and the ways to give it back.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::Stamp;
 use crate::config;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
 use crate::fanout::quorum_round;
-use crate::lock::{LockShared, ttl_millis};
+use crate::lease::{HeldLock, Lease, LossNotice, Renewal, Round, node_holds};
+use crate::lock::ttl_millis;
 use crate::quorum::{Decision, Vote};
 use crate::stats::bump;
+use crate::watchdog;
 
 /// Whether a guard holds its key on one node, as of the last acquire or
 /// extend.
@@ -47,8 +52,13 @@ pub struct ReleaseReport {
 ///
 /// The holder may assume exclusivity only while [`is_held`](Self::is_held)
 /// is true, i.e. before the validity deadline (`start + ttl − drift`, on
-/// `CLOCK_BOOTTIME`). Nothing refreshes that deadline behind your back; call
-/// [`extend`](Self::extend) to push it out.
+/// `CLOCK_BOOTTIME`). Without the watchdog nothing refreshes that deadline
+/// behind your back; call [`extend`](Self::extend) to push it out. With the
+/// watchdog ([`LockConfigBuilder::watchdog`](crate::LockConfigBuilder::watchdog)
+/// or [`MultiLock::run_exclusive`](crate::MultiLock::run_exclusive)) it is
+/// renewed in the background, and [`lost`](Self::lost) /
+/// [`cancellation_token`](Self::cancellation_token) tell you when it can no
+/// longer be proven held.
 ///
 /// Dropping a guard without [`release`](Self::release) spawns a best-effort
 /// release on the current Tokio runtime. Outside a runtime (or while one
@@ -75,80 +85,73 @@ pub struct ReleaseReport {
 /// ```
 #[must_use = "a guard dropped at once releases the lock at once; bind it for as long as the work runs"]
 pub struct LockGuard {
-    lock: Arc<LockShared>,
-    key: Arc<str>,
-    token: Arc<str>,
-    deadline: Stamp,
-    holds: Vec<Hold>,
+    lease: Arc<Lease>,
     released: bool,
-    /// Whether this guard was already counted as lost.
-    counted_lost: bool,
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.key)
+            .field("key", &self.lease.key)
             .field("validity", &self.validity())
-            .field("holds", &self.holds)
+            .field("watched", &self.lease.watched)
+            .field("holds", &self.lease.holds())
             .finish_non_exhaustive()
     }
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        lock: Arc<LockShared>,
-        key: Arc<str>,
-        token: Arc<str>,
-        deadline: Stamp,
-        holds: Vec<Hold>,
-    ) -> Self {
+    /// Wraps a lease just won; a watched one is handed to the watchdog.
+    pub(crate) fn new(lease: Lease) -> Self {
+        let lease = Arc::new(lease);
+        if lease.watched {
+            bump(&lease.lock.counters.watched);
+            watchdog::watch(&lease);
+        }
         LockGuard {
-            lock,
-            key,
-            token,
-            deadline,
-            holds,
+            lease,
             released: false,
-            counted_lost: false,
         }
     }
 
     /// The lock name.
     pub fn key(&self) -> &str {
-        &self.key
+        &self.lease.key
     }
 
     /// This holder's owner token (32 hex digits, 128 random bits), the value
     /// stored under the key on every node it holds.
     pub fn token(&self) -> &str {
-        &self.token
+        &self.lease.token
     }
 
-    /// Whether the lock is still provably ours: the validity deadline has
-    /// not passed. Derived from the same deadline as
-    /// [`validity`](Self::validity), so the two never disagree.
+    /// Whether the lock is still provably ours: it was not found lost and
+    /// the validity deadline has not passed. Derived from the same deadline
+    /// as [`validity`](Self::validity) and [`lost`](Self::lost), so they
+    /// never disagree.
     pub fn is_held(&self) -> bool {
-        Stamp::now() < self.deadline
+        self.lease.is_held()
     }
 
     /// Time left until the validity deadline (zero once it has passed).
     pub fn validity(&self) -> Duration {
-        self.deadline.remaining()
+        self.lease.deadline().remaining()
     }
 
     /// The validity deadline on the deadline clock.
     pub fn deadline(&self) -> Stamp {
-        self.deadline
+        self.lease.deadline()
     }
 
-    /// Each node's URL with whether this guard holds it, in configuration order.
+    /// Whether the watchdog renews this guard (see [`crate::watchdog`]).
+    pub fn is_watched(&self) -> bool {
+        self.lease.watched
+    }
+
+    /// Each node's URL with whether this guard holds it, in configuration
+    /// order, as of the last acquire, extend or renewal.
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&str, Hold)> {
-        self.lock
-            .nodes
-            .iter()
-            .zip(&self.holds)
-            .map(|(n, h)| (&**n.name(), *h))
+        node_holds(&self.lease)
     }
 
     /// The nodes that confirmed our token.
@@ -156,6 +159,44 @@ impl LockGuard {
         self.nodes()
             .filter(|(_, h)| *h == Hold::Held)
             .map(|(n, _)| n)
+    }
+
+    /// The last successful watchdog renewal, if any.
+    pub fn last_renewal(&self) -> Option<Renewal> {
+        self.lease.last_renewal()
+    }
+
+    /// A cloneable read-only view of this lock for the work it protects.
+    pub fn handle(&self) -> HeldLock {
+        HeldLock {
+            lease: Arc::clone(&self.lease),
+        }
+    }
+
+    /// Resolves when the lock can no longer be proven held, or is released.
+    ///
+    /// With the watchdog, that is when renewals could not reach the quorum
+    /// before the deadline minus the loss margin, when other owners hold
+    /// too many nodes, or when the maximum hold time ran out; without it,
+    /// at the deadline minus the loss margin unless [`extend`](Self::extend)
+    /// moved it. Either way the notice comes before the validity deadline,
+    /// never after, and [`is_held`](Self::is_held) is false from then on.
+    ///
+    /// Cancel safety: the future only observes; drop it at any time. It
+    /// does not borrow the guard, so it can be selected against the work.
+    pub fn lost(&self) -> impl Future<Output = LossNotice> + Send + 'static {
+        self.lease.lost()
+    }
+
+    /// A token that is cancelled when the lock is lost or released: hand it
+    /// to work that should stop then (e.g. `token.run_until_cancelled(work)`).
+    ///
+    /// With the watchdog, the watchdog cancels it. Without, the first call
+    /// starts a small task that watches the deadline (needs a Tokio
+    /// runtime; outside one, only [`lost`](Self::lost) and
+    /// [`extend`](Self::extend) notice the loss).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.lease.cancellation_token()
     }
 
     /// Sets the keys' TTL to `ttl` on every node that still carries our
@@ -171,78 +212,132 @@ impl LockGuard {
     /// exist: someone else may have held the lock in between. An extend that
     /// completes after the old deadline passed is reported as lost too, so a
     /// guard never turns from not held back to held.
+    ///
+    /// With the watchdog on, an extend waits for a renewal in flight, and
+    /// later renewals use the new TTL (the interval and margin scale with it).
+    ///
+    /// Cancel safety: dropping the future leaves the guard as it was, except
+    /// that nodes may have taken the new TTL; the deadline is not moved.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
-        let config = &self.lock.config;
+        let lease = Arc::clone(&self.lease);
+        let config = &lease.lock.config;
         config::check_ttl(ttl, config)?;
-        if !self.is_held() {
-            return Err(self.lost(LostReason::ValidityExpired));
+        let round = Round::new();
+        if !lease.claim(&round).await {
+            return Err(lease_error(&lease));
+        }
+        // Gives the slot back however this future ends.
+        let _slot = Unclaim(&lease, &round);
+        if !lease.is_held() {
+            lease.end(lease.state(), LostReason::ValidityExpired);
+            return Err(lease_error(&lease));
         }
         let ttl_ms = ttl_millis(ttl);
-        let mut round = quorum_round(
-            self.lock.nodes.len(),
+        let mut quorum = quorum_round(
+            lease.lock.nodes.len(),
             config.required_nodes(),
             config.node_timeout,
-            |i| self.lock.nodes[i].extend(Arc::clone(&self.key), Arc::clone(&self.token), ttl_ms),
+            |i| {
+                lease.lock.nodes[i].extend(Arc::clone(&lease.key), Arc::clone(&lease.token), ttl_ms)
+            },
             |ours: &bool| if *ours { Vote::Won } else { Vote::Contended },
         )
         .await;
-        let (validity, new_deadline) = round.validity(ttl, config.drift_factor);
-        let tally = round.tally;
-        tracing::debug!(key = %self.key, won = tally.won(), elapsed = ?round.elapsed, ?validity, "extend");
+        round.done.cancel();
+        let (validity, new_deadline) = quorum.validity(ttl, config.drift_factor);
+        let tally = quorum.tally;
+        tracing::debug!(key = %lease.key, won = tally.won(), elapsed = ?quorum.elapsed, ?validity, "extend");
 
-        if !self.is_held() {
-            return Err(self.lost(LostReason::ValidityExpired));
+        let mut state = lease.state();
+        if state.ended.is_some() {
+            drop(state);
+            return Err(lease_error(&lease));
         }
-        if round.won_with(ttl, config.drift_factor, config.min_validity) {
-            self.deadline = new_deadline;
-            self.holds = holds(&round.votes);
-            bump(&self.lock.counters.extended);
+        if Stamp::now() >= state.deadline {
+            lease.end(state, LostReason::ValidityExpired);
+            return Err(lease_error(&lease));
+        }
+        if quorum.won_with(ttl, config.drift_factor, config.min_validity) {
+            state.deadline = new_deadline;
+            state.ttl = ttl;
+            state.holds = holds(&quorum.votes);
+            if lease.watched {
+                state.next_renewal = lease.next_renewal_after(quorum.start, ttl);
+                state.max_hold_reached |= state.next_renewal.is_none();
+            }
+            drop(state);
+            bump(&lease.lock.counters.extended);
             return Ok(self.validity());
         }
-        bump(&self.lock.counters.extend_failed);
+        bump(&lease.lock.counters.extend_failed);
         // Nodes that took the new TTL may expire before the old deadline.
-        self.deadline = self.deadline.min(new_deadline);
-        let nodes = self.lock.reports(&mut round.replies, round.end);
+        state.deadline = state.deadline.min(new_deadline);
+        let nodes = lease.lock.reports(&mut quorum.replies, quorum.end);
         if tally.contention_rules_out_quorum() {
-            return Err(self.lost(LostReason::KeysGone(nodes)));
+            lease.end(state, LostReason::KeysGone(nodes));
+            return Err(lease_error(&lease));
         }
+        drop(state);
         if tally.decision() == Decision::Won {
             return Err(Error::ValidityUsedUp {
-                key: self.key.to_string(),
-                elapsed: round.elapsed,
+                key: lease.key.to_string(),
+                elapsed: quorum.elapsed,
                 validity,
                 min_validity: config.min_validity,
             });
         }
         Err(Error::QuorumNotReached {
-            key: self.key.to_string(),
+            key: lease.key.to_string(),
             required: tally.required(),
             won: tally.won(),
             nodes,
         })
     }
 
-    /// Deletes our key on every node (owner-checked: a key that carries
-    /// another owner's token is never touched) and reports what happened.
-    /// Waits for each node up to the node timeout.
+    /// Stops the watchdog, deletes our key on every node (owner-checked: a
+    /// key that carries another owner's token is never touched) and reports
+    /// what happened. Waits for each node up to the node timeout.
+    ///
+    /// A renewal still in flight is let finish first (at most one node
+    /// timeout), so the release is queued behind it on every node and a
+    /// released lock is never re-created by a late renewal.
     pub async fn release(mut self) -> ReleaseReport {
         self.released = true;
-        let was_held = self.is_held();
-        let mut report = self.lock.release_everywhere(&self.key, &self.token).await;
+        let lease = Arc::clone(&self.lease);
+        let was_held = lease.begin_release().await;
+        let mut report = lease
+            .lock
+            .release_everywhere(&lease.key, &lease.token)
+            .await;
         report.was_held = was_held;
-        tracing::debug!(key = %self.key, released = report.released, failed = report.failed.len(), was_held, "released");
+        tracing::debug!(key = %lease.key, released = report.released, failed = report.failed.len(), was_held, "released");
         report
     }
+}
 
-    /// Marks the guard lost (the deadline moves to now) and builds the error.
-    fn lost(&mut self, reason: LostReason) -> Error {
-        if !std::mem::replace(&mut self.counted_lost, true) {
-            bump(&self.lock.counters.lost);
-        }
-        self.deadline = self.deadline.min(Stamp::now());
-        Error::Lost {
-            key: self.key.to_string(),
-            reason,
+/// The error for a lease that has ended.
+fn lease_error(lease: &Lease) -> Error {
+    let reason = lease
+        .state()
+        .ended
+        .as_ref()
+        .map_or(LostReason::ValidityExpired, |n| n.reason.clone());
+    Error::Lost {
+        key: lease.key.to_string(),
+        reason,
+    }
+}
+
+/// Gives a lease's in-flight slot back when dropped, and hands a watched
+/// lease back to the watchdog (whose renewal skipped it meanwhile).
+struct Unclaim<'a>(&'a Arc<Lease>, &'a Round);
+
+impl Drop for Unclaim<'_> {
+    fn drop(&mut self) {
+        self.1.done.cancel();
+        self.0.unclaim(self.1);
+        if self.0.watched {
+            watchdog::watch(self.0);
         }
     }
 }
@@ -253,17 +348,19 @@ impl Drop for LockGuard {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(key = %self.key, "guard dropped outside a Tokio runtime; keys expire by their TTL");
+            // Stop the watchdog at least; the keys expire by their TTL.
+            self.lease.end(self.lease.state(), LostReason::Released);
+            tracing::debug!(key = %self.lease.key, "guard dropped outside a Tokio runtime; keys expire by their TTL");
             return;
         };
-        let (lock, key, token) = (
-            Arc::clone(&self.lock),
-            Arc::clone(&self.key),
-            Arc::clone(&self.token),
-        );
+        let lease = Arc::clone(&self.lease);
         runtime.spawn(async move {
-            let report = lock.release_everywhere(&key, &token).await;
-            tracing::debug!(key = %key, released = report.released, "released on drop");
+            lease.begin_release().await;
+            let report = lease
+                .lock
+                .release_everywhere(&lease.key, &lease.token)
+                .await;
+            tracing::debug!(key = %lease.key, released = report.released, "released on drop");
         });
     }
 }

@@ -77,12 +77,15 @@ mod config;
 mod error;
 mod fanout;
 mod guard;
+mod lease;
 mod lock;
 mod node;
 mod quorum;
 mod retry;
+mod scoped;
 mod scripts;
 mod stats;
+pub mod watchdog;
 
 pub use clock::Stamp;
 pub use config::{LockConfig, LockConfigBuilder};
@@ -90,7 +93,10 @@ pub use error::{
     ConfigError, Error, LostReason, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports,
 };
 pub use guard::{Hold, LockGuard, ReleaseReport};
+pub use lease::{HeldLock, LossNotice, Renewal};
 pub use lock::MultiLock;
 pub use quorum::Quorum;
 pub use retry::RetryPolicy;
 pub use stats::{LockStats, NodeStats};
+/// The token [`LockGuard::cancellation_token`] hands out (from `tokio-util`).
+pub use tokio_util::sync::CancellationToken;

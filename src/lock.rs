@@ -13,9 +13,11 @@ use crate::config::LockConfig;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
 use crate::fanout::{End, fan_out, quorum_round};
 use crate::guard::{LockGuard, ReleaseReport, holds};
+use crate::lease::Lease;
 use crate::node::{AcquireReply, Node};
 use crate::quorum::{self, Decision, Vote};
 use crate::stats::{Counters, LockStats, bump};
+use crate::watchdog::Watchdog;
 
 /// A distributed lock service over N independent Redis masters ("nodes").
 ///
@@ -57,6 +59,7 @@ pub(crate) struct LockShared {
     pub(crate) config: LockConfig,
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) counters: Counters,
+    pub(crate) watchdog: Watchdog,
 }
 
 impl fmt::Debug for MultiLock {
@@ -91,6 +94,7 @@ impl MultiLock {
                 config,
                 nodes,
                 counters: Counters::default(),
+                watchdog: Watchdog::default(),
             }),
         };
         if tokio::runtime::Handle::try_current().is_ok() {
@@ -136,7 +140,8 @@ impl MultiLock {
     /// Cancel safety: dropping the future before it completes leaks at most
     /// keys that expire by their TTL; no guard believes it holds them.
     pub async fn try_acquire(&self, key: &str) -> Result<LockGuard, Error> {
-        self.attempt(&Arc::from(key)).await
+        self.attempt(&Arc::from(key), self.shared.config.watchdog)
+            .await
     }
 
     /// Takes the lock named `key`, retrying with jittered backoff (see
@@ -148,6 +153,17 @@ impl MultiLock {
     ///
     /// Cancel safety: as for [`try_acquire`](Self::try_acquire).
     pub async fn acquire(&self, key: &str, wait: Duration) -> Result<LockGuard, Error> {
+        self.acquire_with(key, wait, self.shared.config.watchdog)
+            .await
+    }
+
+    /// [`acquire`](Self::acquire), with the watchdog on or off for this guard.
+    pub(crate) async fn acquire_with(
+        &self,
+        key: &str,
+        wait: Duration,
+        watched: bool,
+    ) -> Result<LockGuard, Error> {
         let key: Arc<str> = Arc::from(key);
         let began = Instant::now();
         let budget_end = began + wait;
@@ -155,7 +171,7 @@ impl MultiLock {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let error = match self.attempt(&key).await {
+            let error = match self.attempt(&key, watched).await {
                 Ok(guard) => return Ok(guard),
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
@@ -177,7 +193,7 @@ impl MultiLock {
         }
     }
 
-    async fn attempt(&self, key: &Arc<str>) -> Result<LockGuard, Error> {
+    async fn attempt(&self, key: &Arc<str>, watched: bool) -> Result<LockGuard, Error> {
         let span = tracing::debug_span!(
             "acquire",
             key = %key,
@@ -186,13 +202,13 @@ impl MultiLock {
             elapsed_us = Empty,
             validity_ms = Empty,
         );
-        self.shared.attempt(key).instrument(span).await
+        self.shared.attempt(key, watched).instrument(span).await
     }
 }
 
 impl LockShared {
     /// One acquire attempt, following DESIGN.md "The acquire path".
-    async fn attempt(self: &Arc<Self>, key: &Arc<str>) -> Result<LockGuard, Error> {
+    async fn attempt(self: &Arc<Self>, key: &Arc<str>, watched: bool) -> Result<LockGuard, Error> {
         let config = &self.config;
         let token = new_token();
         let ttl_ms = ttl_millis(config.ttl);
@@ -219,14 +235,15 @@ impl LockShared {
         if round.won_with(config.ttl, config.drift_factor, config.min_validity) {
             tracing::debug!(won = tally.won(), ?validity, "acquired");
             bump(&self.counters.acquired);
-            let holds = holds(&round.votes);
-            return Ok(LockGuard::new(
+            return Ok(LockGuard::new(Lease::new(
                 Arc::clone(self),
                 Arc::clone(key),
                 token,
+                round.start,
                 deadline,
-                holds,
-            ));
+                holds(&round.votes),
+                watched,
+            )));
         }
 
         // Lost (or won too late): undo whatever the attempt may have written.
@@ -397,6 +414,11 @@ impl LockShared {
 
     fn timeout_error(&self, node: &Node) -> NodeError {
         bump(&node.counters.timeouts);
+        self.timeout_detail(node)
+    }
+
+    /// A timeout error for `node`, without counting it.
+    pub(crate) fn timeout_detail(&self, node: &Node) -> NodeError {
         NodeError::new(
             node.name(),
             NodeErrorKind::Timeout,

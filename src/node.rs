@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt;
+use futures::future::join_all;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -54,6 +55,30 @@ pub(crate) struct Node {
     slot: Mutex<Slot>,
     generations: AtomicU64,
     pub(crate) counters: NodeCounters,
+}
+
+/// Keys per renew script call: large enough that 10,000 locks take a few
+/// calls per node, small enough that one call holds the server for well
+/// under a millisecond.
+pub(crate) const RENEW_CHUNK: usize = 256;
+
+/// One lock of a watchdog batch.
+#[derive(Clone, Debug)]
+pub(crate) struct RenewItem {
+    pub(crate) key: Arc<str>,
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl_ms: u64,
+}
+
+/// A node's answer to the renew script, for one lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RenewReply {
+    /// Our token was there; its TTL is reset.
+    Renewed,
+    /// The key was absent and is ours again (same token, same TTL).
+    Healed,
+    /// Another owner (or a non-lock value) holds the key.
+    NotOurs,
 }
 
 /// A node's answer to the acquire script.
@@ -92,7 +117,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             match node
-                .eval(&scripts::ACQUIRE, &key, &token, Some(ttl_ms))
+                .eval(&scripts::ACQUIRE, one_key(&key, &token, Some(ttl_ms)))
                 .await?
             {
                 Value::Okay => Ok(AcquireReply::Won),
@@ -114,7 +139,9 @@ impl Node {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
-            let reply = node.eval(&scripts::RELEASE, &key, &token, None).await?;
+            let reply = node
+                .eval(&scripts::RELEASE, one_key(&key, &token, None))
+                .await?;
             node.flag(reply)
         }
     }
@@ -129,9 +156,50 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .eval(&scripts::EXTEND, &key, &token, Some(ttl_ms))
+                .eval(&scripts::EXTEND, one_key(&key, &token, Some(ttl_ms)))
                 .await?;
             node.flag(reply)
+        }
+    }
+
+    /// Runs the renew script for every item of a watchdog batch, in chunks
+    /// of [`RENEW_CHUNK`] keys (all queued at once on the one connection, so
+    /// they pipeline), and returns one reply per item, in order.
+    pub(crate) fn renew(
+        self: &Arc<Self>,
+        items: Arc<[RenewItem]>,
+    ) -> impl Future<Output = Result<Vec<RenewReply>, NodeError>> + Send + 'static {
+        let node = Arc::clone(self);
+        async move {
+            let calls = items.chunks(RENEW_CHUNK).map(|chunk| {
+                bump(&node.counters.renew_calls);
+                node.eval(&scripts::RENEW, move |cmd: &mut Cmd| {
+                    cmd.arg(chunk.len());
+                    for item in chunk {
+                        cmd.arg(&*item.key);
+                    }
+                    for item in chunk {
+                        cmd.arg(&*item.token).arg(item.ttl_ms);
+                    }
+                })
+            });
+            let mut replies = Vec::with_capacity(items.len());
+            for (chunk, reply) in items.chunks(RENEW_CHUNK).zip(join_all(calls).await) {
+                match reply? {
+                    Value::Array(codes) if codes.len() == chunk.len() => {
+                        for code in codes {
+                            replies.push(match code {
+                                Value::Int(1) => RenewReply::Renewed,
+                                Value::Int(2) => RenewReply::Healed,
+                                Value::Int(0) | Value::Int(-1) => RenewReply::NotOurs,
+                                other => return Err(node.unexpected(other)),
+                            });
+                        }
+                    }
+                    other => return Err(node.unexpected(other)),
+                }
+            }
+            Ok(replies)
         }
     }
 
@@ -174,19 +242,18 @@ impl Node {
     /// is replaced and the call sent once more. That cannot reorder anything:
     /// a closed socket runs no further commands on the server, and each
     /// script is idempotent for one token.
+    ///
+    /// `args` appends everything after the script reference (`numkeys`,
+    /// keys, arguments).
     async fn eval(
         self: &Arc<Self>,
         script: &Script,
-        key: &str,
-        token: &str,
-        ttl_ms: Option<u64>,
+        args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
         let build = |verb: &str, script_ref: &str| {
             let mut cmd = redis::cmd(verb);
-            cmd.arg(script_ref).arg(1).arg(key).arg(token);
-            if let Some(ttl) = ttl_ms {
-                cmd.arg(ttl);
-            }
+            cmd.arg(script_ref);
+            args(&mut cmd);
             cmd
         };
         let result = self.eval_reconnecting(&build, script).await;
@@ -276,7 +343,7 @@ impl Node {
                 // EVAL fallback still pending when a fan-out decides is never
                 // sent, which would leave that node out of the guard.
                 let mut load = redis::pipe();
-                for script in [&*scripts::ACQUIRE, &*scripts::RELEASE, &*scripts::EXTEND] {
+                for script in scripts::all() {
                     load.cmd("SCRIPT").arg("LOAD").arg(script.body).ignore();
                 }
                 if let Err(e) = load.exec_async(&mut conn).await {
@@ -333,6 +400,16 @@ impl Node {
 
     fn error(&self, e: &RedisError) -> NodeError {
         NodeError::new(&self.name, classify(e), e.to_string())
+    }
+}
+
+/// Arguments of a one-key script: `1 key token [ttl_ms]`.
+fn one_key<'a>(key: &'a str, token: &'a str, ttl_ms: Option<u64>) -> impl Fn(&mut Cmd) + 'a {
+    move |cmd| {
+        cmd.arg(1).arg(key).arg(token);
+        if let Some(ttl) = ttl_ms {
+            cmd.arg(ttl);
+        }
     }
 }
 

@@ -29,6 +29,14 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// Compare-and-expire.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+/// The watchdog's batch: compare-and-expire, or re-take when absent.
+pub(crate) static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+
+/// Every script, loaded on each new connection.
+pub(crate) fn all() -> [&'static Script; 4] {
+    [&ACQUIRE, &RELEASE, &EXTEND, &RENEW]
+}
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A snapshot of a [`MultiLock`](crate::MultiLock)'s counters since it was
-/// created (shared by its clones). Every field only grows.
+/// created (shared by its clones). Every field but `watched` (a gauge)
+/// only grows.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -40,7 +41,17 @@ pub struct LockStats {
     pub extended: u64,
     /// Extends that did not reach the quorum (the lock may still be held).
     pub extend_failed: u64,
-    /// Guards found lost (validity expired, or keys gone).
+    /// Watchdog renewal rounds, one per guard per round.
+    pub renewals: u64,
+    /// Renewal rounds that reached the quorum before the guard's loss margin.
+    pub renewed: u64,
+    /// Renewal rounds that did not (the guard retries until its margin).
+    pub renew_failed: u64,
+    /// Keys the watchdog re-took on nodes that had lost them.
+    pub healed: u64,
+    /// Guards the watchdog is renewing right now.
+    pub watched: u64,
+    /// Guards found lost (validity expired, renewals failed, keys gone).
     pub lost: u64,
     /// Guards released (explicitly or on drop).
     pub released: u64,
@@ -58,6 +69,9 @@ pub struct NodeStats {
     pub errors: u64,
     /// Calls with no answer within the node timeout.
     pub timeouts: u64,
+    /// Renew script calls sent to this node by the watchdog: one per batch
+    /// of up to 256 locks, however many guards are watched.
+    pub renew_calls: u64,
 }
 
 /// The lock-level counters behind [`LockStats`].
@@ -70,6 +84,11 @@ pub(crate) struct Counters {
     pub(crate) validity_used_up: AtomicU64,
     pub(crate) extended: AtomicU64,
     pub(crate) extend_failed: AtomicU64,
+    pub(crate) renewals: AtomicU64,
+    pub(crate) renewed: AtomicU64,
+    pub(crate) renew_failed: AtomicU64,
+    pub(crate) healed: AtomicU64,
+    pub(crate) watched: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) released: AtomicU64,
 }
@@ -79,6 +98,7 @@ pub(crate) struct Counters {
 pub(crate) struct NodeCounters {
     pub(crate) errors: AtomicU64,
     pub(crate) timeouts: AtomicU64,
+    pub(crate) renew_calls: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -97,6 +117,11 @@ impl Counters {
             validity_used_up: get(&self.validity_used_up),
             extended: get(&self.extended),
             extend_failed: get(&self.extend_failed),
+            renewals: get(&self.renewals),
+            renewed: get(&self.renewed),
+            renew_failed: get(&self.renew_failed),
+            healed: get(&self.healed),
+            watched: get(&self.watched),
             lost: get(&self.lost),
             released: get(&self.released),
             nodes,
@@ -110,6 +135,7 @@ impl NodeCounters {
             node: node.to_string(),
             errors: self.errors.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
+            renew_calls: self.renew_calls.load(Ordering::Relaxed),
         }
     }
 }

@@ -105,7 +105,6 @@ impl LockGuard {
     pub(crate) fn new(lease: Lease) -> Self {
         let lease = Arc::new(lease);
         if lease.watched {
-            bump(&lease.lock.counters.watched);
             watchdog::watch(&lease);
         }
         LockGuard {

@@ -92,6 +92,8 @@ pub(crate) struct State {
     pub(crate) last_renewal: Option<Renewal>,
     /// A task already watches the deadline for the cancellation token.
     deadline_watched: bool,
+    /// The loss time the watchdog has an entry for.
+    pub(crate) loss_scheduled: Option<Stamp>,
 }
 
 /// A held lock's shared state.
@@ -136,9 +138,12 @@ impl Lease {
                 last_failure: None,
                 last_renewal: None,
                 deadline_watched: false,
+                loss_scheduled: None,
             }),
         };
         if watched {
+            // Counted down in `end`.
+            bump(&lease.lock.counters.watched);
             let next = lease.next_renewal_after(start, ttl);
             let state = lease
                 .state

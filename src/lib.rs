@@ -20,6 +20,11 @@
 //! * [`LockGuard`] is what a win gives you: the *validity* (`ttl − elapsed −
 //!   drift`) during which you may assume exclusivity, [`LockGuard::extend`],
 //!   and [`LockGuard::release`], which reports what each node did.
+//! * The [`watchdog`] (on with [`LockConfigBuilder::watchdog`], always on in
+//!   [`MultiLock::run_exclusive`]) renews a guard on every node while the
+//!   holder works, re-takes keys that nodes lost, and signals the loss
+//!   ([`LockGuard::lost`], [`LockGuard::cancellation_token`]) before the
+//!   deadline when it can no longer prove the lock is held.
 //! * [`Error`] separates contention ([`Error::Contended`], with how long the
 //!   holder still has) from missing nodes ([`Error::QuorumNotReached`], with
 //!   each node's [`NodeError`]) and from a win that came too late.

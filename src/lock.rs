@@ -103,6 +103,12 @@ impl MultiLock {
         lock
     }
 
+    /// What the lock's guards share (for unit tests of the layers below).
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Arc<LockShared> {
+        &self.shared
+    }
+
     /// The settings this lock runs with.
     pub fn config(&self) -> &LockConfig {
         &self.shared.config

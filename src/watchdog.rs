@@ -6,6 +6,32 @@
 //! use [`MultiLock::run_exclusive`](crate::MultiLock::run_exclusive), which
 //! always uses it.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let testbed = quorumlock_testbed::Testbed::start(3)?;
+//! use std::time::Duration;
+//! use quorumlock::{LockConfig, MultiLock};
+//!
+//! let config = LockConfig::builder()
+//!     .nodes(testbed.urls())
+//!     .ttl(Duration::from_secs(1))
+//!     .watchdog(true)
+//!     .build()?;
+//! let lock = MultiLock::new(config);
+//! let guard = lock.acquire("reindex", Duration::from_secs(1)).await?;
+//! let stop = guard.cancellation_token();
+//! // Work that outlasts the TTL: the watchdog keeps the lock alive, and
+//! // `stop` would be cancelled at once if it could no longer prove it.
+//! let work = tokio::time::sleep(Duration::from_millis(1500));
+//! let finished = stop.run_until_cancelled(work).await.is_some();
+//! assert!(finished && guard.is_held());
+//! assert!(guard.last_renewal().is_some());
+//! guard.release().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # What it does
 //!
 //! * **Renews** every [`renew_interval`](crate::LockConfig::renew_interval)
@@ -69,7 +95,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -79,7 +105,7 @@ use crate::fanout::{End, fan_out};
 use crate::guard::holds;
 use crate::lease::{Lease, Renewal, Round};
 use crate::lock::{LockShared, ttl_millis};
-use crate::node::{RenewItem, RenewReply};
+use crate::node::{RENEW_CHUNK, RenewItem, RenewReply};
 use crate::quorum::{self, Decision, Tally, Vote};
 use crate::stats::bump;
 
@@ -135,23 +161,47 @@ impl Ord for Due {
 /// What came due in one tick.
 struct Tick {
     losses: Vec<Arc<Lease>>,
-    batch: Vec<(Arc<Lease>, Duration)>,
-    round: Round,
+    /// The renewals, in groups of at most [`RENEW_CHUNK`]: one script call
+    /// per node each, with its own round.
+    groups: Vec<Group>,
     next: Option<Stamp>,
+}
+
+/// Leases renewed together: one renew call per node, one start time.
+struct Group {
+    round: Round,
+    leases: Vec<(Arc<Lease>, Duration)>,
+}
+
+/// Groups of one tick that may be undecided at once. Each is one call per
+/// node; a few in flight keep every node busy without queuing a whole tick
+/// of calls (and their buffers) at once behind one another.
+const GROUPS_IN_FLIGHT: usize = 4;
+
+/// What to do with a renewal entry that came up.
+enum Claim {
+    /// Renew it in this round, with this TTL.
+    Renew(Duration),
+    /// Not due yet (a retry is never pulled forward): put back at this time.
+    Later(Stamp),
+    /// Nothing to do: ended, in flight elsewhere, or a later entry exists.
+    Drop,
 }
 
 /// Schedules a watched lease's next renewal and its loss time, starting the
 /// watchdog task if it is not running.
 pub(crate) fn watch(lease: &Arc<Lease>) {
     let (renew_at, loss_at) = {
-        let state = lease.state();
+        let mut state = lease.state();
         if state.ended.is_some() {
             return;
         }
-        (
-            state.next_renewal,
-            lease.loss_time(state.deadline, state.ttl),
-        )
+        let loss_at = lease.loss_time(state.deadline, state.ttl);
+        // One loss entry per loss time: a round that did not move the
+        // deadline adds none.
+        let new_loss = (state.loss_scheduled != Some(loss_at)).then_some(loss_at);
+        state.loss_scheduled = Some(loss_at);
+        (state.next_renewal, new_loss)
     };
     let shared = &lease.lock;
     let watchdog = &shared.watchdog;
@@ -169,11 +219,15 @@ pub(crate) fn watch(lease: &Arc<Lease>) {
             lease: Arc::clone(lease),
         });
     };
-    push(|q| &mut q.losses, loss_at);
+    if let Some(at) = loss_at {
+        push(|q| &mut q.losses, at);
+    }
     if let Some(at) = renew_at {
         push(|q| &mut q.renewals, at);
     }
-    let new_earliest = renew_at.map_or(loss_at, |r| r.min(loss_at));
+    let Some(new_earliest) = [renew_at, loss_at].into_iter().flatten().min() else {
+        return;
+    };
     if !queue.running {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(key = %lease.key, "no Tokio runtime: the watchdog cannot run; the guard expires at its deadline");
@@ -201,8 +255,8 @@ impl Queue {
 
 impl Watchdog {
     /// Takes what is due: losses up to `now`, renewals up to `horizon`
-    /// (early by at most the coalescing window, which is harmless). Marks
-    /// the task stopped when nothing is left.
+    /// (early by at most the coalescing window, which is harmless; retries
+    /// only once due). Marks the task stopped when nothing is left.
     fn take_due(&self, now: Stamp, horizon: Stamp) -> Tick {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let mut losses = Vec::new();
@@ -211,44 +265,71 @@ impl Watchdog {
                 losses.push(due.lease);
             }
         }
-        let round = Round::new();
-        let mut batch = Vec::new();
+        let mut groups: Vec<Group> = Vec::new();
+        let mut later = Vec::new();
         while queue.renewals.peek().is_some_and(|d| d.at <= horizon) {
             let Some(due) = queue.renewals.pop() else {
                 break;
             };
-            if let Some(ttl) = claim_for_renewal(&due.lease, horizon, &round) {
-                batch.push((due.lease, ttl));
+            if groups.last().is_none_or(|g| g.leases.len() >= RENEW_CHUNK) {
+                groups.push(Group {
+                    round: Round::new(),
+                    leases: Vec::new(),
+                });
+            }
+            let Some(group) = groups.last_mut() else {
+                break;
+            };
+            match claim_for_renewal(&due.lease, now, horizon, &group.round) {
+                Claim::Renew(ttl) => group.leases.push((due.lease, ttl)),
+                Claim::Later(at) => later.push(Due { at, ..due }),
+                Claim::Drop => {}
             }
         }
+        groups.retain(|g| !g.leases.is_empty());
+        queue.renewals.extend(later);
         let next = queue.next_due();
         if next.is_none() {
             queue.running = false;
         }
         Tick {
             losses,
-            batch,
-            round,
+            groups,
             next,
         }
     }
 }
 
-/// Puts a lease into `round` if its renewal is due by `horizon` and nothing
-/// else is in flight for it; returns the TTL to renew with.
-fn claim_for_renewal(lease: &Lease, horizon: Stamp, round: &Round) -> Option<Duration> {
+/// Decides what to do with a lease whose renewal entry came up, and puts it
+/// into `round` if it is to be renewed now.
+fn claim_for_renewal(lease: &Lease, now: Stamp, horizon: Stamp, round: &Round) -> Claim {
     let mut state = lease.state();
-    // In flight: that round (an extend, another batch) reschedules when it
-    // ends. A later renewal time: a later entry exists.
-    if state.ended.is_some() || state.in_flight.is_some() || state.next_renewal? > horizon {
-        return None;
+    // In flight: that round (an extend, another group) reschedules when it
+    // ends.
+    if state.ended.is_some() || state.in_flight.is_some() {
+        return Claim::Drop;
+    }
+    let Some(next) = state.next_renewal else {
+        return Claim::Drop;
+    };
+    // A retry keeps its backoff: pulling it into this tick would turn a
+    // failing round into a tight loop.
+    let due_by = if state.failures > 0 { now } else { horizon };
+    if next > due_by {
+        // Moved later (a renewal or extend pushed its own entry), or a
+        // retry not yet due.
+        return if state.failures > 0 && next <= horizon {
+            Claim::Later(next)
+        } else {
+            Claim::Drop
+        };
     }
     state.in_flight = Some(round.clone());
-    Some(state.ttl)
+    Claim::Renew(state.ttl)
 }
 
 /// The watchdog task: sleeps until the next renewal or loss is due, sends
-/// each tick's renewals as one batch, and ends when nothing is scheduled or
+/// each tick's renewals in groups, and ends when nothing is scheduled or
 /// the lock service is gone.
 async fn run(shared: Weak<LockShared>, wake: Arc<Notify>) {
     loop {
@@ -266,9 +347,8 @@ async fn run(shared: Weak<LockShared>, wake: Arc<Notify>) {
         for lease in &tick.losses {
             lease.expire_if_due();
         }
-        if !tick.batch.is_empty() {
-            let span = tracing::debug_span!("renew", locks = tick.batch.len());
-            tokio::spawn(renew_batch(Arc::clone(&lock), tick.round, tick.batch).instrument(span));
+        if !tick.groups.is_empty() {
+            tokio::spawn(renew_tick(Arc::clone(&lock), tick.groups));
         }
         drop(lock);
         let Some(next) = tick.next else {
@@ -281,7 +361,7 @@ async fn run(shared: Weak<LockShared>, wake: Arc<Notify>) {
     }
 }
 
-/// One lease's part of a batch: its votes so far and whether it is decided.
+/// One lease's part of a group: its votes so far and whether it is decided.
 struct LeaseVotes {
     tally: Tally,
     votes: Vec<Option<Vote>>,
@@ -289,13 +369,30 @@ struct LeaseVotes {
     decided: bool,
 }
 
-/// Renews every lease of `batch` on every node: one renew call per node
-/// (chunked), each lease decided on its own tally as soon as its quorum is
-/// won or out of reach.
-async fn renew_batch(lock: Arc<LockShared>, round: Round, batch: Vec<(Arc<Lease>, Duration)>) {
+/// Renews one tick's groups, at most [`GROUPS_IN_FLIGHT`] undecided at once.
+async fn renew_tick(lock: Arc<LockShared>, groups: Vec<Group>) {
+    let permits = Arc::new(Semaphore::new(GROUPS_IN_FLIGHT));
+    for group in groups {
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            return;
+        };
+        let span = tracing::debug_span!("renew", locks = group.leases.len());
+        tokio::spawn(renew_group(Arc::clone(&lock), group, permit).instrument(span));
+    }
+}
+
+/// Renews every lease of a group on every node (one renew call per node),
+/// each lease decided on its own tally as soon as its quorum is won or out
+/// of reach. The permit is given back once every lease is decided; the
+/// round keeps listening until the node timeout for late replies, which
+/// tell the guards which nodes they hold.
+async fn renew_group(lock: Arc<LockShared>, group: Group, permit: OwnedSemaphorePermit) {
+    let Group { round, leases } = group;
+    let mut permit = Some(permit);
+    let mut undecided = leases.len();
     let n = lock.nodes.len();
     let config = &lock.config;
-    let items: Arc<[RenewItem]> = batch
+    let items: Arc<[RenewItem]> = leases
         .iter()
         .map(|(lease, ttl)| RenewItem {
             key: Arc::clone(&lease.key),
@@ -305,8 +402,8 @@ async fn renew_batch(lock: Arc<LockShared>, round: Round, batch: Vec<(Arc<Lease>
         .collect();
     lock.counters
         .renewals
-        .fetch_add(batch.len() as u64, Relaxed);
-    let mut rounds: Vec<LeaseVotes> = batch
+        .fetch_add(leases.len() as u64, Relaxed);
+    let mut rounds: Vec<LeaseVotes> = leases
         .iter()
         .map(|_| LeaseVotes {
             tally: Tally::new(n, config.required_nodes()),
@@ -334,6 +431,7 @@ async fn renew_batch(lock: Arc<LockShared>, round: Round, batch: Vec<(Arc<Lease>
                     Some(RenewReply::Renewed) => Vote::Won,
                     Some(RenewReply::Healed) => {
                         lease_votes.healed += 1;
+                        bump(&lock.counters.healed);
                         Vote::Won
                     }
                     Some(RenewReply::NotOurs) => Vote::Contended,
@@ -343,12 +441,15 @@ async fn renew_batch(lock: Arc<LockShared>, round: Round, batch: Vec<(Arc<Lease>
                 lease_votes.votes[i] = Some(vote);
                 if !lease_votes.decided && lease_votes.tally.decision() != Decision::Pending {
                     lease_votes.decided = true;
-                    let (lease, ttl) = &batch[j];
+                    undecided -= 1;
+                    let (lease, ttl) = &leases[j];
                     conclude(&lock, lease, *ttl, start, lease_votes, &errors, false);
                 }
             }
-            // Keep listening after every lease is decided: later replies
-            // tell the guards which nodes they hold.
+            if undecided == 0 {
+                // The next group may start; this one listens on.
+                permit.take();
+            }
             false
         },
     )
@@ -364,7 +465,7 @@ async fn renew_batch(lock: Arc<LockShared>, round: Round, batch: Vec<(Arc<Lease>
             }
         }
     }
-    for ((lease, ttl), lease_votes) in batch.iter().zip(&rounds) {
+    for ((lease, ttl), lease_votes) in leases.iter().zip(&rounds) {
         if !lease_votes.decided {
             conclude(&lock, lease, *ttl, start, lease_votes, &errors, true);
         } else {
@@ -376,7 +477,7 @@ async fn renew_batch(lock: Arc<LockShared>, round: Round, batch: Vec<(Arc<Lease>
         lease.unclaim(&round);
     }
     round.done.cancel();
-    for (lease, _) in &batch {
+    for (lease, _) in &leases {
         watch(lease);
     }
 }
@@ -423,7 +524,6 @@ fn conclude(
         state.max_hold_reached |= state.next_renewal.is_none();
         drop(state);
         bump(&lock.counters.renewed);
-        lock.counters.healed.fetch_add(votes.healed as u64, Relaxed);
         tracing::debug!(key = %lease.key, won = votes.tally.won(), healed = votes.healed, "renewed");
         return;
     }
@@ -470,4 +570,184 @@ fn reports(
         })
         .collect();
     NodeReports(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LockConfig;
+    use crate::guard::Hold;
+    use crate::lock::MultiLock;
+
+    /// A lock service that never connects (no runtime): enough for the
+    /// schedule, which does no I/O.
+    fn lock(
+        configure: impl FnOnce(crate::LockConfigBuilder) -> crate::LockConfigBuilder,
+    ) -> Arc<LockShared> {
+        let config = configure(
+            LockConfig::builder()
+                .nodes([
+                    "redis://127.0.0.1:1",
+                    "redis://127.0.0.1:2",
+                    "redis://127.0.0.1:3",
+                ])
+                .ttl(Duration::from_secs(9)),
+        )
+        .build()
+        .expect("valid");
+        Arc::clone(MultiLock::new(config).shared())
+    }
+
+    fn lease(lock: &Arc<LockShared>, start: Stamp) -> Arc<Lease> {
+        let deadline = start.after(quorum::lease(lock.config.ttl, lock.config.drift_factor));
+        Arc::new(Lease::new(
+            Arc::clone(lock),
+            Arc::from("k"),
+            Arc::from("t"),
+            start,
+            deadline,
+            vec![Hold::Held; 3],
+            true,
+        ))
+    }
+
+    #[test]
+    fn the_heap_pops_the_earliest_first() {
+        let lock = lock(|b| b);
+        let now = Stamp::now();
+        let mut heap = BinaryHeap::new();
+        for (seq, secs) in [(1, 3), (2, 1), (3, 2), (4, 1)] {
+            heap.push(Due {
+                at: now.after(Duration::from_secs(secs)),
+                seq,
+                lease: lease(&lock, now),
+            });
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| heap.pop().map(|d| d.seq)).collect();
+        assert_eq!(order, [2, 4, 3, 1]);
+    }
+
+    #[test]
+    fn renewal_and_loss_times_follow_the_settings() {
+        let lock = lock(|b| b);
+        let start = Stamp::now();
+        let lease = lease(&lock, start);
+        let state = lease.state();
+        // Renew a third of the TTL after the start; lost a tenth of the TTL
+        // before the deadline (9 s − 92 ms drift − 0.9 s).
+        assert_eq!(
+            state.next_renewal,
+            Some(start.after(Duration::from_secs(3)))
+        );
+        assert_eq!(
+            lease.loss_time(state.deadline, state.ttl),
+            start.after(Duration::from_millis(8_008))
+        );
+        // Extended to twice the TTL: interval and margin scale with it.
+        assert_eq!(
+            lease.next_renewal_after(start, Duration::from_secs(18)),
+            Some(start.after(Duration::from_secs(6)))
+        );
+        assert_eq!(
+            lease.loss_time(
+                start.after(Duration::from_secs(18)),
+                Duration::from_secs(18)
+            ),
+            start.after(Duration::from_millis(16_200))
+        );
+    }
+
+    #[test]
+    fn max_hold_stops_the_renewals_it_would_pass() {
+        let lock = lock(|b| b.max_hold(Duration::from_secs(4)));
+        let start = Stamp::now();
+        let lease = lease(&lock, start);
+        assert!(lease.state().next_renewal.is_some(), "3 s is within 4 s");
+        assert_eq!(
+            lease.next_renewal_after(start.after(Duration::from_secs(3)), lock.config.ttl),
+            None
+        );
+        let lock = self::lock(|b| b.max_hold(Duration::from_secs(2)));
+        let lease = self::lease(&lock, start);
+        let state = lease.state();
+        assert_eq!(state.next_renewal, None);
+        assert!(state.max_hold_reached);
+    }
+
+    #[test]
+    fn claims_take_due_renewals_once_and_never_pull_a_retry_forward() {
+        let lock = lock(|b| b);
+        let now = Stamp::now();
+        let horizon = now.after(Duration::from_millis(300));
+        let lease = lease(&lock, now);
+        let round = Round::new();
+
+        // Due within the window: pulled forward and claimed.
+        lease.state().next_renewal = Some(now.after(Duration::from_millis(200)));
+        assert!(
+            matches!(claim_for_renewal(&lease, now, horizon, &round), Claim::Renew(ttl) if ttl == lock.config.ttl)
+        );
+        // In flight now: a duplicate entry is dropped.
+        assert!(matches!(
+            claim_for_renewal(&lease, now, horizon, &round),
+            Claim::Drop
+        ));
+        lease.unclaim(&round);
+
+        // A retry keeps its backoff: put back, not claimed early.
+        let retry_at = now.after(Duration::from_millis(50));
+        {
+            let mut state = lease.state();
+            state.failures = 1;
+            state.next_renewal = Some(retry_at);
+        }
+        assert!(
+            matches!(claim_for_renewal(&lease, now, horizon, &round), Claim::Later(at) if at == retry_at)
+        );
+        assert!(matches!(
+            claim_for_renewal(&lease, retry_at, horizon, &round),
+            Claim::Renew(_)
+        ));
+        lease.unclaim(&round);
+
+        // Moved past the window (renewed meanwhile): a later entry exists.
+        {
+            let mut state = lease.state();
+            state.failures = 0;
+            state.next_renewal = Some(now.after(Duration::from_secs(3)));
+        }
+        assert!(matches!(
+            claim_for_renewal(&lease, now, horizon, &round),
+            Claim::Drop
+        ));
+
+        // Ended: dropped for good.
+        lease.state().next_renewal = Some(now);
+        lease.end(lease.state(), LostReason::Released);
+        assert!(matches!(
+            claim_for_renewal(&lease, now, horizon, &round),
+            Claim::Drop
+        ));
+        assert!(!lease.is_held());
+    }
+
+    #[test]
+    fn a_lease_past_its_loss_time_ends_with_the_last_failure() {
+        let lock = lock(|b| b);
+        // Started long enough ago that the loss time has passed.
+        let start = Stamp::now().before(Duration::from_millis(8_500));
+        let lease = lease(&lock, start);
+        assert!(lease.is_held(), "before the deadline itself");
+        let reports = NodeReports(Vec::new());
+        lease.state().last_failure = Some(reports.clone());
+        lease.expire_if_due();
+        let state = lease.state();
+        let notice = state.ended.clone().expect("ended");
+        assert_eq!(notice.reason, LostReason::RenewalsFailed(reports));
+        assert!(notice.at < notice.deadline, "signalled before the deadline");
+        assert!(state.deadline <= notice.at);
+        drop(state);
+        assert!(!lease.is_held());
+        assert_eq!(lock.counters.lost.load(Relaxed), 1);
+    }
 }

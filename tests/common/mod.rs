@@ -110,8 +110,42 @@ fn slowlog(node: &RedisNode, count: usize) -> Vec<(u64, Vec<String>)> {
         .collect()
 }
 
+/// The watchdog's renew script, as the library sends it.
+const RENEW_SCRIPT: &str = include_str!("../../src/scripts/renew.lua");
+
+/// Whether slowlog args are a call of the renew script (by SHA, or by the
+/// body's first 128 bytes, which is what the slowlog keeps of an `EVAL`).
+fn is_renew(args: &[String]) -> bool {
+    let verb = args.first().map(|v| v.to_ascii_uppercase());
+    let script = args.get(1).map(String::as_str).unwrap_or("");
+    match verb.as_deref() {
+        Some("EVALSHA") => script == sha1_smol::Sha1::from(RENEW_SCRIPT).digest().to_string(),
+        Some("EVAL") => RENEW_SCRIPT.starts_with(script.trim_end_matches("... (more bytes)")),
+        _ => false,
+    }
+}
+
+/// Slowlog ids of the watchdog's renew calls on a recording node that
+/// included `key`, oldest first.
+pub fn renew_calls(node: &RedisNode, key: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = slowlog(node, 100_000)
+        .into_iter()
+        .filter(|(_, args)| {
+            let keys = args
+                .get(2)
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0);
+            is_renew(args) && args.iter().skip(3).take(keys).any(|k| k == key)
+        })
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// The lock scripts a recording node ran on `key`, oldest first, with their
-/// slowlog ids (which grow in execution order).
+/// slowlog ids (which grow in execution order). Renewals are not included
+/// (see [`renew_calls`]).
 pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
     let mut calls: Vec<(u64, ScriptCall)> = slowlog(node, 100_000)
         .into_iter()
@@ -119,6 +153,7 @@ pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
             let verb = args.first()?.to_ascii_uppercase();
             if !(verb == "EVALSHA" || verb == "EVAL")
                 || args.get(3).map(String::as_str) != Some(key)
+                || is_renew(&args)
             {
                 return None;
             }

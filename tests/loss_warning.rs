@@ -1,0 +1,79 @@
+//! A lost lock is reported as a `tracing` warn event that names each node
+//! and what went wrong (its own test binary: it installs a global
+//! subscriber, and the watchdog logs from its own task).
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quorumlock_testbed::Testbed;
+
+/// Collects everything the subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_is_a_warn_event_naming_the_failed_nodes() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+
+    let ttl = Duration::from_secs(1);
+    let mut testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(ttl).node_timeout(ttl / 10).watchdog(true)
+    }))
+    .await;
+    let guard = lock.try_acquire("job").await.expect("free");
+    for i in 0..2 {
+        testbed.node_mut(i).kill().expect("kill");
+    }
+    let notice = tokio::time::timeout(ttl * 4, guard.lost())
+        .await
+        .expect("lost within a few renewal intervals");
+    assert!(notice.at < notice.deadline);
+
+    let log = captured.text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("lock lost"))
+        .unwrap_or_else(|| panic!("no loss event in: {log}"));
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("job"), "{line}");
+    for i in 0..2 {
+        let url = testbed.node(i).url();
+        assert!(line.contains(&url), "{url} not named: {line}");
+    }
+    assert!(line.contains("unreachable"), "{line}");
+    guard.release().await;
+}

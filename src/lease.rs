@@ -233,11 +233,9 @@ impl Lease {
             at: now,
             deadline: state.deadline,
         };
-        state.deadline = state.deadline.min(now);
-        state.next_renewal = None;
-        state.ended = Some(notice.clone());
-        drop(state);
-        self.cancel.cancel();
+        // Counted and logged before the end is visible, so whoever sees the
+        // lease ended (is_held, lost(), the token) also sees the counter
+        // and the log line.
         let counters = &self.lock.counters;
         if self.watched {
             counters.watched.fetch_sub(1, Ordering::Relaxed);
@@ -251,6 +249,11 @@ impl Lease {
                 "lock lost: the holder can no longer prove it holds the lock"
             );
         }
+        state.deadline = state.deadline.min(now);
+        state.next_renewal = None;
+        state.ended = Some(notice);
+        drop(state);
+        self.cancel.cancel();
     }
 
     /// Resolves when the lease ends. Also watches the loss time itself, so

@@ -63,6 +63,11 @@ async fn loss_is_a_warn_event_naming_the_failed_nodes() {
         .expect("lost within a few renewal intervals");
     assert!(notice.at < notice.deadline);
 
+    // The event comes from whichever task declared the loss: wait for it.
+    common::wait_for("the loss event", Duration::from_secs(5), || {
+        captured.text().contains("lock lost")
+    })
+    .await;
     let log = captured.text();
     let line = log
         .lines()

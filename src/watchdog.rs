@@ -387,7 +387,21 @@ async fn renew_tick(lock: Arc<LockShared>, groups: Vec<Group>) {
 /// round keeps listening until the node timeout for late replies, which
 /// tell the guards which nodes they hold.
 async fn renew_group(lock: Arc<LockShared>, group: Group, permit: OwnedSemaphorePermit) {
-    let Group { round, leases } = group;
+    let Group { round, mut leases } = group;
+    // A lease released while this group waited for its turn is not renewed:
+    // its release may already be on the wire (it waits for this round only
+    // up to a bound), and a renewal sent after it would re-create the key.
+    leases.retain(|(lease, _)| {
+        let ended = lease.state().ended.is_some();
+        if ended {
+            lease.unclaim(&round);
+        }
+        !ended
+    });
+    if leases.is_empty() {
+        round.done.cancel();
+        return;
+    }
     let mut permit = Some(permit);
     let mut undecided = leases.len();
     let n = lock.nodes.len();

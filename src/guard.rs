@@ -248,11 +248,9 @@ impl LockGuard {
         tracing::debug!(key = %lease.key, won = tally.won(), elapsed = ?quorum.elapsed, ?validity, "extend");
 
         let mut state = lease.state();
-        if state.ended.is_some() {
-            drop(state);
-            return Err(lease_error(&lease));
-        }
-        if Stamp::now() >= state.deadline {
+        if !state.is_held() {
+            // Ended meanwhile (then this is a no-op), or the deadline passed
+            // during the round: never turned back to held.
             lease.end(state, LostReason::ValidityExpired);
             return Err(lease_error(&lease));
         }

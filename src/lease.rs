@@ -52,7 +52,7 @@ pub struct Renewal {
     pub healed: usize,
 }
 
-/// A round (renewal batch or extend) that is sending to the nodes for a
+/// A round (a renewal group or an extend) that is sending to the nodes for a
 /// lease: its id and the token cancelled when none of its requests can be
 /// sent any more. A release waits for it, so that it is queued behind the
 /// round on every node and no renewal can re-create a released key.
@@ -94,6 +94,13 @@ pub(crate) struct State {
     deadline_watched: bool,
     /// The loss time the watchdog has an entry for.
     pub(crate) loss_scheduled: Option<Stamp>,
+}
+
+impl State {
+    /// Not ended, and before the deadline.
+    pub(crate) fn is_held(&self) -> bool {
+        self.ended.is_none() && Stamp::now() < self.deadline
+    }
 }
 
 /// A held lock's shared state.
@@ -187,8 +194,7 @@ impl Lease {
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        let state = self.state();
-        state.ended.is_none() && Stamp::now() < state.deadline
+        self.state().is_held()
     }
 
     pub(crate) fn deadline(&self) -> Stamp {
@@ -323,7 +329,7 @@ impl Lease {
     pub(crate) async fn begin_release(&self) -> bool {
         let (was_held, in_flight) = {
             let state = self.state();
-            let was_held = state.ended.is_none() && Stamp::now() < state.deadline;
+            let was_held = state.is_held();
             let in_flight = state.in_flight.as_ref().map(|r| r.done.clone());
             self.end(state, LostReason::Released);
             (was_held, in_flight)

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::future::join_all;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -57,12 +56,12 @@ pub(crate) struct Node {
     pub(crate) counters: NodeCounters,
 }
 
-/// Keys per renew script call: large enough that 10,000 locks take a few
-/// calls per node, small enough that one call holds the server for well
-/// under a millisecond.
+/// Keys per renew script call (the watchdog's group size): large enough
+/// that 10,000 locks take a few dozen calls per node, small enough that one
+/// call holds the server for well under a millisecond.
 pub(crate) const RENEW_CHUNK: usize = 256;
 
-/// One lock of a watchdog batch.
+/// One lock of a watchdog group.
 #[derive(Clone, Debug)]
 pub(crate) struct RenewItem {
     pub(crate) key: Arc<str>,
@@ -162,44 +161,39 @@ impl Node {
         }
     }
 
-    /// Runs the renew script for every item of a watchdog batch, in chunks
-    /// of [`RENEW_CHUNK`] keys (all queued at once on the one connection, so
-    /// they pipeline), and returns one reply per item, in order.
+    /// Runs the renew script once for every item of a watchdog group (the
+    /// watchdog keeps groups to [`RENEW_CHUNK`] keys) and returns one reply
+    /// per item, in order.
     pub(crate) fn renew(
         self: &Arc<Self>,
         items: Arc<[RenewItem]>,
     ) -> impl Future<Output = Result<Vec<RenewReply>, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
-            let calls = items.chunks(RENEW_CHUNK).map(|chunk| {
-                bump(&node.counters.renew_calls);
-                node.eval(&scripts::RENEW, move |cmd: &mut Cmd| {
-                    cmd.arg(chunk.len());
-                    for item in chunk {
+            bump(&node.counters.renew_calls);
+            let reply = node
+                .eval(&scripts::RENEW, |cmd: &mut Cmd| {
+                    cmd.arg(items.len());
+                    for item in items.iter() {
                         cmd.arg(&*item.key);
                     }
-                    for item in chunk {
+                    for item in items.iter() {
                         cmd.arg(&*item.token).arg(item.ttl_ms);
                     }
                 })
-            });
-            let mut replies = Vec::with_capacity(items.len());
-            for (chunk, reply) in items.chunks(RENEW_CHUNK).zip(join_all(calls).await) {
-                match reply? {
-                    Value::Array(codes) if codes.len() == chunk.len() => {
-                        for code in codes {
-                            replies.push(match code {
-                                Value::Int(1) => RenewReply::Renewed,
-                                Value::Int(2) => RenewReply::Healed,
-                                Value::Int(0) | Value::Int(-1) => RenewReply::NotOurs,
-                                other => return Err(node.unexpected(other)),
-                            });
-                        }
-                    }
-                    other => return Err(node.unexpected(other)),
-                }
+                .await?;
+            match reply {
+                Value::Array(codes) if codes.len() == items.len() => codes
+                    .into_iter()
+                    .map(|code| match code {
+                        Value::Int(1) => Ok(RenewReply::Renewed),
+                        Value::Int(2) => Ok(RenewReply::Healed),
+                        Value::Int(0 | -1) => Ok(RenewReply::NotOurs),
+                        other => Err(node.unexpected(other)),
+                    })
+                    .collect(),
+                other => Err(node.unexpected(other)),
             }
-            Ok(replies)
         }
     }
 

@@ -29,7 +29,8 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// Compare-and-expire.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
-/// The watchdog's batch: compare-and-expire, or re-take when absent.
+/// The watchdog's renewal of a group of locks: compare-and-expire, or
+/// re-take when absent.
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 

@@ -69,7 +69,7 @@ pub struct NodeStats {
     pub errors: u64,
     /// Calls with no answer within the node timeout.
     pub timeouts: u64,
-    /// Renew script calls sent to this node by the watchdog: one per batch
+    /// Renew script calls sent to this node by the watchdog: one per group
     /// of up to 256 locks, however many guards are watched.
     pub renew_calls: u64,
 }

@@ -46,7 +46,8 @@ pub struct Renewal {
     /// From the start until the quorum was won: how long the holder waited
     /// for this renewal's verdict.
     pub took: Duration,
-    /// Nodes that confirmed our token in this round (up to the decision).
+    /// Nodes that confirmed our token in this round: those that decided it,
+    /// plus those that answered later within the node timeout.
     pub held: usize,
     /// Of those, nodes where the key was absent and was re-taken.
     pub healed: usize,

@@ -483,9 +483,15 @@ async fn renew_group(lock: Arc<LockShared>, group: Group, permit: OwnedSemaphore
         if !lease_votes.decided {
             conclude(&lock, lease, *ttl, start, lease_votes, &errors, true);
         } else {
+            // Replies after the decision: the guard's view of its nodes
+            // (and this renewal's counts) include them.
             let mut state = lease.state();
             if state.ended.is_none() && lease_votes.tally.decision() == Decision::Won {
                 state.holds = holds(&lease_votes.votes);
+                if let Some(renewal) = state.last_renewal.as_mut().filter(|r| r.started == start) {
+                    renewal.held = lease_votes.tally.won();
+                    renewal.healed = lease_votes.healed;
+                }
             }
         }
         lease.unclaim(&round);

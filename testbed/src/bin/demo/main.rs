@@ -13,9 +13,21 @@
 //! 4. the 3 nodes restarted (empty, no persistence) once the TTL has passed
 //!    since they died: the lock works again.
 //!
+//! Then the watchdog, on fresh keys, once all 5 nodes run:
+//! 5. long job: a holder with the watchdog works for 3 × the TTL while a
+//!    contender (another client, no watchdog) calls `try_acquire` the whole
+//!    time and never wins. A node is killed under the job and rejoins empty
+//!    after the TTL; the watchdog re-takes the key there with the holder's
+//!    token. Right after the release the contender wins;
+//! 6. lost before the deadline: 3 of 5 nodes killed under a `run_exclusive`
+//!    job; `lost()` resolves before the validity deadline, naming each
+//!    node, and the work is cancelled with `Error::Lost`.
+//!
 //! Exits with 1 if the counter does not match the acquisitions, if a phase
-//! that should have a quorum had no acquisition, or if an acquisition
-//! succeeded while only 2 of 5 nodes were up.
+//! that should have a quorum had no acquisition, if an acquisition
+//! succeeded while only 2 of 5 nodes were up, if the contender won while the
+//! long job held the lock (or not right after it), if no node was healed,
+//! or if the loss did not come before the deadline with the work cancelled.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -23,9 +35,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind, NodeReports, Quorum, RetryPolicy};
+use quorumlock::{
+    ConfigError, Error, LockConfig, MultiLock, NodeErrorKind, NodeReports, Quorum, RetryPolicy,
+};
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
 use quorumlock_testbed::{Testbed, TestbedError};
+
+mod watchdog;
+use watchdog::{watchdog_demo, watchdog_summary};
 
 /// Lock nodes.
 const NODES: usize = 5;
@@ -394,6 +411,40 @@ fn node_list(testbed: &Testbed, nodes: &[usize]) -> String {
         .join(", ")
 }
 
+/// The demo's lock settings over `urls`, with or without the watchdog.
+fn lock_config(urls: Vec<String>, watchdog: bool) -> Result<LockConfig, ConfigError> {
+    LockConfig::builder()
+        .nodes(urls)
+        .ttl(TTL)
+        .quorum(Quorum::Majority)
+        .retry(
+            RetryPolicy::default()
+                .base_delay(Duration::from_millis(2))
+                .max_delay(Duration::from_millis(50)),
+        )
+        .watchdog(watchdog)
+        .build()
+}
+
+/// Waits until nodes without persistence that went down at `down_since` may
+/// rejoin: they come back empty, so they stay out until the TTL has passed
+/// (delayed restart rule).
+async fn wait_out_ttl(stats: &Stats, down_since: Instant) {
+    let rejoin_at = down_since + TTL;
+    let now = Instant::now();
+    if rejoin_at > now {
+        let wait = rejoin_at - now;
+        event(
+            stats,
+            &format!(
+                "waiting {:.1}s more before restarting (delayed restart rule)",
+                wait.as_secs_f64()
+            ),
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match run().await {
@@ -407,21 +458,27 @@ async fn main() -> ExitCode {
 }
 
 /// Runs the demo; `Ok(false)` when a check failed.
+/// Connects `lock` to every node, or says which ones cannot be reached.
+async fn connect(lock: &MultiLock) -> Result<(), Box<dyn std::error::Error>> {
+    let failed: Vec<String> = lock
+        .warm_up()
+        .await
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("cannot reach the lock nodes: {}", failed.join("; ")).into())
+    }
+}
+
 async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let mut lock_nodes = Testbed::start(NODES)?;
     let resource_server = Testbed::start(1)?;
     let resource_url = resource_server.node(0).url();
 
-    let config = LockConfig::builder()
-        .nodes(lock_nodes.urls())
-        .ttl(TTL)
-        .quorum(Quorum::Majority)
-        .retry(
-            RetryPolicy::default()
-                .base_delay(Duration::from_millis(2))
-                .max_delay(Duration::from_millis(50)),
-        )
-        .build()?;
+    let config = lock_config(lock_nodes.urls(), false)?;
     let required = config.required_nodes();
     let node_timeout = config.node_timeout();
 
@@ -442,15 +499,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     println!();
 
     let lock = MultiLock::new(config);
-    let warm: Vec<String> = lock
-        .warm_up()
-        .await
-        .into_iter()
-        .filter_map(|r| r.err().map(|e| e.to_string()))
-        .collect();
-    if !warm.is_empty() {
-        return Err(format!("cannot reach the lock nodes: {}", warm.join("; ")).into());
-    }
+    connect(&lock).await?;
 
     let client = redis::Client::open(resource_url.as_str())?;
     let mut resource = client.get_multiplexed_async_connection().await?;
@@ -529,19 +578,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     // them before they died could still be valid for up to the TTL, so they
     // stay out until the TTL has passed since the last of them died.
     let all_killed = [FIRST_KILLED[0], FIRST_KILLED[1], THIRD_KILLED];
-    let rejoin_at = third_killed_at.max(first_killed_at) + TTL;
-    let now = Instant::now();
-    if rejoin_at > now {
-        let wait = rejoin_at - now;
-        event(
-            &stats,
-            &format!(
-                "waiting {:.1}s more before restarting (delayed restart rule)",
-                wait.as_secs_f64()
-            ),
-        );
-        tokio::time::sleep(wait).await;
-    }
+    wait_out_ttl(&stats, third_killed_at.max(first_killed_at)).await;
     event(
         &stats,
         &format!(
@@ -583,10 +620,19 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let counter = read_counter(&mut resource).await?;
     let total_run = stats.elapsed();
 
-    Ok(summary(&stats, counter, worker_panics, total_run))
+    let phases_ok = summary(&stats, counter, worker_panics, total_run);
+
+    // Phases 5 and 6: the watchdog, on fresh keys.
+    let watchdog = watchdog_demo(&mut lock_nodes, &stats).await?;
+    let watchdog_ok = watchdog_summary(&watchdog);
+
+    let ok = phases_ok && watchdog_ok;
+    println!();
+    println!("verdict: {}", if ok { "OK" } else { "FAILED" });
+    Ok(ok)
 }
 
-/// Prints the summary and returns whether every check passed.
+/// Prints the summary of phases 1 to 4 and returns whether every check passed.
 fn summary(stats: &Stats, counter: i64, worker_panics: usize, total_run: Duration) -> bool {
     println!();
     println!("Summary ({:.1}s)", total_run.as_secs_f64());
@@ -697,7 +743,5 @@ fn summary(stats: &Stats, counter: i64, worker_panics: usize, total_run: Duratio
         println!("worker errors: FAILED");
         ok = false;
     }
-    println!();
-    println!("verdict: {}", if ok { "OK" } else { "FAILED" });
     ok
 }

@@ -80,7 +80,11 @@
 //! * The nodes' clocks must not run faster than the drift allowance, and a
 //!   node that loses its data must stay out for a TTL (delayed restart), as
 //!   for any Redlock acquire.
-//! * The loss notice needs the Tokio runtime to run; the deadline does not.
+//! * The watchdog runs on the Tokio runtime. Work that blocks the runtime's
+//!   threads (a CPU-bound loop without `.await`, blocking I/O) starves it
+//!   like a pause: renewals stop, and the loss is only noticed once the
+//!   work yields. `is_held()` reads the clock, so it is right even then.
+//!   Run such work with `spawn_blocking`, or on another runtime.
 //!
 //! # Cost
 //!

@@ -344,13 +344,18 @@ async fn release_during_a_renewal_in_flight_leaves_no_key() {
     // ... but node 4 is paused, so that renewal stays in flight for a
     // whole node timeout after the four others decided it.
     testbed.node_mut(4).pause().expect("pause");
-    let paused = Stamp::now();
-    renewed_after(&guard, paused, renewals_bound(ttl)).await;
-    let renewal = guard.last_renewal().expect("renewed");
-    assert!(
-        renewal.started.elapsed() < ttl / 10,
-        "release must come while the round still waits for node 4"
-    );
+    // Release while a round still waits for node 4 (its node timeout is
+    // a tenth of the TTL). A busy machine may notice a round too late: then
+    // take the next one (bounded).
+    let mut since = Stamp::now();
+    for attempt in 1.. {
+        assert!(attempt <= 5, "never caught a round in flight");
+        renewed_after(&guard, since, renewals_bound(ttl)).await;
+        since = guard.last_renewal().expect("renewed").started;
+        if since.elapsed() < ttl / 20 {
+            break;
+        }
+    }
     let report = guard.release().await;
     assert!(report.was_held);
     let marks: Vec<u64> = testbed.nodes()[..4].iter().map(common::log_mark).collect();

@@ -369,7 +369,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<Report, Box<dyn Error>> {
     let never_renewed = guards.len() - took.len();
     let min_validity = guards
         .iter()
-        .map(LockGuard::validity)
+        .map(|g| g.validity())
         .min()
         .unwrap_or_default();
     let not_held = guards.iter().filter(|g| !g.is_held()).count();

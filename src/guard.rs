@@ -1,17 +1,14 @@
 //! [`LockGuard`]: a held lock, its validity, and the ways to give it back.
 
 use std::fmt;
-use std::future::Future;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::clock::Stamp;
 use crate::config;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
 use crate::fanout::quorum_round;
-use crate::lease::{HeldLock, Lease, LossNotice, Renewal, Round, node_holds};
+use crate::lease::{HeldLock, Lease, Round, node_holds};
 use crate::lock::ttl_millis;
 use crate::quorum::{Decision, Vote};
 use crate::stats::bump;
@@ -50,14 +47,14 @@ pub struct ReleaseReport {
 /// A held lock. Obtained from [`MultiLock::try_acquire`](crate::MultiLock::try_acquire)
 /// or [`MultiLock::acquire`](crate::MultiLock::acquire).
 ///
-/// The holder may assume exclusivity only while [`is_held`](Self::is_held)
+/// The holder may assume exclusivity only while [`is_held`](HeldLock::is_held)
 /// is true, i.e. before the validity deadline (`start + ttl − drift`, on
 /// `CLOCK_BOOTTIME`). Without the watchdog nothing refreshes that deadline
 /// behind your back; call [`extend`](Self::extend) to push it out. With the
 /// watchdog ([`LockConfigBuilder::watchdog`](crate::LockConfigBuilder::watchdog)
 /// or [`MultiLock::run_exclusive`](crate::MultiLock::run_exclusive)) it is
-/// renewed in the background, and [`lost`](Self::lost) /
-/// [`cancellation_token`](Self::cancellation_token) tell you when it can no
+/// renewed in the background, and [`lost`](HeldLock::lost) /
+/// [`cancellation_token`](HeldLock::cancellation_token) tell you when it can no
 /// longer be proven held.
 ///
 /// Dropping a guard without [`release`](Self::release) spawns a best-effort
@@ -85,17 +82,29 @@ pub struct ReleaseReport {
 /// ```
 #[must_use = "a guard dropped at once releases the lock at once; bind it for as long as the work runs"]
 pub struct LockGuard {
-    lease: Arc<Lease>,
+    held: HeldLock,
     released: bool,
+}
+
+/// Everything a [`HeldLock`] tells (key, token, `is_held`, validity,
+/// deadline, `lost()`, the cancellation token, the last renewal) the guard
+/// tells too: it is the held lock plus the right to extend and release it.
+impl Deref for LockGuard {
+    type Target = HeldLock;
+
+    fn deref(&self) -> &HeldLock {
+        &self.held
+    }
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lease = &self.held.lease;
         f.debug_struct("LockGuard")
-            .field("key", &self.lease.key)
+            .field("key", &lease.key)
             .field("validity", &self.validity())
-            .field("watched", &self.lease.watched)
-            .field("holds", &self.lease.holds())
+            .field("watched", &lease.watched)
+            .field("holds", &lease.holds())
             .finish_non_exhaustive()
     }
 }
@@ -108,49 +117,15 @@ impl LockGuard {
             watchdog::watch(&lease);
         }
         LockGuard {
-            lease,
+            held: HeldLock { lease },
             released: false,
         }
-    }
-
-    /// The lock name.
-    pub fn key(&self) -> &str {
-        &self.lease.key
-    }
-
-    /// This holder's owner token (32 hex digits, 128 random bits), the value
-    /// stored under the key on every node it holds.
-    pub fn token(&self) -> &str {
-        &self.lease.token
-    }
-
-    /// Whether the lock is still provably ours: it was not found lost and
-    /// the validity deadline has not passed. Derived from the same deadline
-    /// as [`validity`](Self::validity) and [`lost`](Self::lost), so they
-    /// never disagree.
-    pub fn is_held(&self) -> bool {
-        self.lease.is_held()
-    }
-
-    /// Time left until the validity deadline (zero once it has passed).
-    pub fn validity(&self) -> Duration {
-        self.lease.deadline().remaining()
-    }
-
-    /// The validity deadline on the deadline clock.
-    pub fn deadline(&self) -> Stamp {
-        self.lease.deadline()
-    }
-
-    /// Whether the watchdog renews this guard (see [`crate::watchdog`]).
-    pub fn is_watched(&self) -> bool {
-        self.lease.watched
     }
 
     /// Each node's URL with whether this guard holds it, in configuration
     /// order, as of the last acquire, extend or renewal.
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&str, Hold)> {
-        node_holds(&self.lease)
+        node_holds(&self.held.lease)
     }
 
     /// The nodes that confirmed our token.
@@ -160,42 +135,9 @@ impl LockGuard {
             .map(|(n, _)| n)
     }
 
-    /// The last successful watchdog renewal, if any.
-    pub fn last_renewal(&self) -> Option<Renewal> {
-        self.lease.last_renewal()
-    }
-
     /// A cloneable read-only view of this lock for the work it protects.
     pub fn handle(&self) -> HeldLock {
-        HeldLock {
-            lease: Arc::clone(&self.lease),
-        }
-    }
-
-    /// Resolves when the lock can no longer be proven held, or is released.
-    ///
-    /// With the watchdog, that is when renewals could not reach the quorum
-    /// before the deadline minus the loss margin, when other owners hold
-    /// too many nodes, or when the maximum hold time ran out; without it,
-    /// at the deadline minus the loss margin unless [`extend`](Self::extend)
-    /// moved it. Either way the notice comes before the validity deadline,
-    /// never after, and [`is_held`](Self::is_held) is false from then on.
-    ///
-    /// Cancel safety: the future only observes; drop it at any time. It
-    /// does not borrow the guard, so it can be selected against the work.
-    pub fn lost(&self) -> impl Future<Output = LossNotice> + Send + 'static {
-        self.lease.lost()
-    }
-
-    /// A token that is cancelled when the lock is lost or released: hand it
-    /// to work that should stop then (e.g. `token.run_until_cancelled(work)`).
-    ///
-    /// With the watchdog, the watchdog cancels it. Without, the first call
-    /// starts a small task that watches the deadline (needs a Tokio
-    /// runtime; outside one, only [`lost`](Self::lost) and
-    /// [`extend`](Self::extend) notice the loss).
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.lease.cancellation_token()
+        self.held.clone()
     }
 
     /// Sets the keys' TTL to `ttl` on every node that still carries our
@@ -218,7 +160,7 @@ impl LockGuard {
     /// Cancel safety: dropping the future leaves the guard as it was, except
     /// that nodes may have taken the new TTL; the deadline is not moved.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
-        let lease = Arc::clone(&self.lease);
+        let lease = Arc::clone(&self.held.lease);
         let config = &lease.lock.config;
         config::check_ttl(ttl, config)?;
         let round = Round::new();
@@ -242,7 +184,6 @@ impl LockGuard {
             |ours: &bool| if *ours { Vote::Won } else { Vote::Contended },
         )
         .await;
-        round.done.cancel();
         let (validity, new_deadline) = quorum.validity(ttl, config.drift_factor);
         let tally = quorum.tally;
         tracing::debug!(key = %lease.key, won = tally.won(), elapsed = ?quorum.elapsed, ?validity, "extend");
@@ -300,7 +241,7 @@ impl LockGuard {
     /// released lock is never re-created by a late renewal.
     pub async fn release(mut self) -> ReleaseReport {
         self.released = true;
-        let lease = Arc::clone(&self.lease);
+        let lease = Arc::clone(&self.held.lease);
         let was_held = lease.begin_release().await;
         let mut report = lease
             .lock
@@ -346,11 +287,13 @@ impl Drop for LockGuard {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // Stop the watchdog at least; the keys expire by their TTL.
-            self.lease.end(self.lease.state(), LostReason::Released);
-            tracing::debug!(key = %self.lease.key, "guard dropped outside a Tokio runtime; keys expire by their TTL");
+            self.held
+                .lease
+                .end(self.held.lease.state(), LostReason::Released);
+            tracing::debug!(key = %self.held.lease.key, "guard dropped outside a Tokio runtime; keys expire by their TTL");
             return;
         };
-        let lease = Arc::clone(&self.lease);
+        let lease = Arc::clone(&self.held.lease);
         runtime.spawn(async move {
             lease.begin_release().await;
             let report = lease

@@ -23,7 +23,7 @@ use crate::lock::LockShared;
 use crate::stats::bump;
 
 /// Why and when a held lock stopped being provably ours. Returned by
-/// [`LockGuard::lost`](crate::LockGuard::lost) and [`HeldLock::lost`].
+/// [`HeldLock::lost`] (also on a [`LockGuard`](crate::LockGuard)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LossNotice {
@@ -393,13 +393,16 @@ impl HeldLock {
         &self.lease.key
     }
 
-    /// The holder's owner token.
+    /// This holder's owner token (32 hex digits, 128 random bits), the value
+    /// stored under the key on every node it holds.
     pub fn token(&self) -> &str {
         &self.lease.token
     }
 
-    /// Whether the lock is still provably ours (see
-    /// [`LockGuard::is_held`](crate::LockGuard::is_held)).
+    /// Whether the lock is still provably ours: it was not found lost or
+    /// released and the validity deadline has not passed. Derived from the
+    /// same deadline as [`validity`](Self::validity) and
+    /// [`lost`](Self::lost), so they never disagree.
     pub fn is_held(&self) -> bool {
         self.lease.is_held()
     }
@@ -414,13 +417,13 @@ impl HeldLock {
         self.lease.deadline()
     }
 
-    /// Whether the watchdog renews this lock.
+    /// Whether the watchdog renews this lock (see [`crate::watchdog`]).
     pub fn is_watched(&self) -> bool {
         self.lease.watched
     }
 
     /// Each node's URL with whether the lock holds it now, in configuration
-    /// order.
+    /// order (owned, unlike [`LockGuard::nodes`](crate::LockGuard::nodes)).
     pub fn nodes(&self) -> Vec<(String, Hold)> {
         node_holds(&self.lease)
             .map(|(n, h)| (n.to_string(), h))
@@ -432,14 +435,29 @@ impl HeldLock {
         self.lease.last_renewal()
     }
 
-    /// Resolves when the lock is lost or released; see
-    /// [`LockGuard::lost`](crate::LockGuard::lost).
+    /// Resolves when the lock can no longer be proven held, or is released.
+    ///
+    /// With the watchdog, that is when renewals could not reach the quorum
+    /// before the deadline minus the loss margin, when other owners hold
+    /// too many nodes, or when the maximum hold time ran out; without it,
+    /// at the deadline minus the loss margin unless
+    /// [`LockGuard::extend`](crate::LockGuard::extend) moved it. Either way
+    /// the notice comes before the validity deadline, never after, and
+    /// [`is_held`](Self::is_held) is false from then on.
+    ///
+    /// Cancel safety: the future only observes; drop it at any time. It
+    /// does not borrow the lock, so it can be selected against the work.
     pub fn lost(&self) -> impl Future<Output = LossNotice> + Send + 'static {
         self.lease.lost()
     }
 
-    /// A token cancelled when the lock is lost or released; see
-    /// [`LockGuard::cancellation_token`](crate::LockGuard::cancellation_token).
+    /// A token that is cancelled when the lock is lost or released: hand it
+    /// to work that should stop then (e.g. `token.run_until_cancelled(work)`).
+    ///
+    /// With the watchdog, the watchdog cancels it. Without, the first call
+    /// starts a small task that watches the deadline (needs a Tokio
+    /// runtime; outside one, only [`lost`](Self::lost) and
+    /// [`LockGuard::extend`](crate::LockGuard::extend) notice the loss).
     pub fn cancellation_token(&self) -> CancellationToken {
         self.lease.cancellation_token()
     }

@@ -23,7 +23,7 @@
 //! * The [`watchdog`] (on with [`LockConfigBuilder::watchdog`], always on in
 //!   [`MultiLock::run_exclusive`]) renews a guard on every node while the
 //!   holder works, re-takes keys that nodes lost, and signals the loss
-//!   ([`LockGuard::lost`], [`LockGuard::cancellation_token`]) before the
+//!   ([`HeldLock::lost`], [`HeldLock::cancellation_token`], on the guard too) before the
 //!   deadline when it can no longer prove the lock is held.
 //! * [`Error`] separates contention ([`Error::Contended`], with how long the
 //!   holder still has) from missing nodes ([`Error::QuorumNotReached`], with
@@ -103,5 +103,5 @@ pub use lock::MultiLock;
 pub use quorum::Quorum;
 pub use retry::RetryPolicy;
 pub use stats::{LockStats, NodeStats};
-/// The token [`LockGuard::cancellation_token`] hands out (from `tokio-util`).
+/// The token [`HeldLock::cancellation_token`] hands out (from `tokio-util`).
 pub use tokio_util::sync::CancellationToken;

@@ -390,7 +390,8 @@ impl LockShared {
         report
     }
 
-    /// Per-node outcomes for an error report.
+    /// Per-node outcomes for an error report of an acquire or extend round,
+    /// counting the nodes that timed out.
     pub(crate) fn reports<T>(
         &self,
         replies: &mut [Option<Result<T, NodeError>>],
@@ -399,18 +400,41 @@ impl LockShared {
     where
         T: Into<NodeOutcome>,
     {
+        let deadline_passed = end == End::DeadlinePassed;
+        if deadline_passed {
+            for (node, _) in self
+                .nodes
+                .iter()
+                .zip(&*replies)
+                .filter(|(_, r)| r.is_none())
+            {
+                bump(&node.counters.timeouts);
+            }
+        }
+        let outcomes = replies
+            .iter_mut()
+            .map(|reply| reply.take().map(|r| r.map(Into::into)));
+        self.outcome_reports(outcomes, deadline_passed)
+    }
+
+    /// Per-node outcomes from each node's reply, in node order (`None`: no
+    /// reply: a timeout if the round's deadline passed, otherwise not
+    /// awaited because the round was decided first). Counts nothing.
+    pub(crate) fn outcome_reports(
+        &self,
+        replies: impl IntoIterator<Item = Option<Result<NodeOutcome, NodeError>>>,
+        deadline_passed: bool,
+    ) -> NodeReports {
         let reports = self
             .nodes
             .iter()
-            .zip(replies.iter_mut())
+            .zip(replies)
             .map(|(node, reply)| NodeReport {
                 node: node.name().to_string(),
-                outcome: match reply.take() {
-                    Some(Ok(r)) => r.into(),
+                outcome: match reply {
+                    Some(Ok(outcome)) => outcome,
                     Some(Err(e)) => NodeOutcome::Failed(e),
-                    None if end == End::DeadlinePassed => {
-                        NodeOutcome::Failed(self.timeout_error(node))
-                    }
+                    None if deadline_passed => NodeOutcome::Failed(self.timeout_detail(node)),
                     None => NodeOutcome::NoReplyBeforeDecision,
                 },
             })
@@ -424,7 +448,7 @@ impl LockShared {
     }
 
     /// A timeout error for `node`, without counting it.
-    pub(crate) fn timeout_detail(&self, node: &Node) -> NodeError {
+    fn timeout_detail(&self, node: &Node) -> NodeError {
         NodeError::new(
             node.name(),
             NodeErrorKind::Timeout,

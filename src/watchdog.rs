@@ -52,10 +52,10 @@
 //! * **Declares the loss** when no renewal succeeded by the deadline minus
 //!   the [`loss_margin`](crate::LockConfig::loss_margin) (default a tenth of
 //!   the TTL), or at once when other owners hold too many nodes for any
-//!   quorum: [`is_held`](crate::LockGuard::is_held) turns false, every
-//!   [`lost`](crate::LockGuard::lost) future resolves with a
+//!   quorum: [`is_held`](crate::HeldLock::is_held) turns false, every
+//!   [`lost`](crate::HeldLock::lost) future resolves with a
 //!   [`LossNotice`](crate::LossNotice), the
-//!   [cancellation token](crate::LockGuard::cancellation_token) is cancelled,
+//!   [cancellation token](crate::HeldLock::cancellation_token) is cancelled,
 //!   and a `tracing` event at warn level names each node and what it said.
 //! * **Stops** on release or drop: no renewal is sent for a released guard,
 //!   and a renewal still in flight is let finish before the release is sent,
@@ -104,7 +104,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clock::Stamp;
-use crate::error::{LostReason, NodeError, NodeOutcome, NodeReport, NodeReports};
+use crate::error::{LostReason, NodeError, NodeOutcome, NodeReports};
 use crate::fanout::{End, fan_out};
 use crate::guard::holds;
 use crate::lease::{Lease, Renewal, Round};
@@ -576,24 +576,14 @@ fn reports(
     errors: &[Option<NodeError>],
     at_end: bool,
 ) -> NodeReports {
-    let outcomes = lock
-        .nodes
-        .iter()
-        .zip(votes.iter().zip(errors))
-        .map(|(node, (vote, error))| NodeReport {
-            node: node.name().to_string(),
-            outcome: match (vote, error) {
-                (Some(Vote::Won), _) => NodeOutcome::Won,
-                (Some(Vote::Contended), _) => NodeOutcome::NotHeld,
-                (Some(Vote::Failed), Some(e)) => NodeOutcome::Failed(e.clone()),
-                (Some(Vote::Failed), None) | (None, _) if at_end => {
-                    NodeOutcome::Failed(lock.timeout_detail(node))
-                }
-                _ => NodeOutcome::NoReplyBeforeDecision,
-            },
-        })
-        .collect();
-    NodeReports(outcomes)
+    let replies = votes.iter().zip(errors).map(|(vote, error)| match vote {
+        Some(Vote::Won) => Some(Ok(NodeOutcome::Won)),
+        Some(Vote::Contended) => Some(Ok(NodeOutcome::NotHeld)),
+        // A failed vote always comes with its node's error.
+        Some(Vote::Failed) => error.clone().map(Err),
+        None => None,
+    });
+    lock.outcome_reports(replies, at_end)
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ pub struct LockConfig {
     pub(crate) renew_interval: Duration,
     pub(crate) loss_margin: Duration,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) wake_ups: bool,
 }
 
 /// One configured node: the URL as given and what it parsed to.
@@ -71,6 +72,7 @@ pub struct LockConfigBuilder {
     renew_interval: Option<Duration>,
     loss_margin: Option<Duration>,
     max_hold: Option<Duration>,
+    wake_ups: Option<bool>,
 }
 
 impl LockConfig {
@@ -138,6 +140,12 @@ impl LockConfig {
     /// background (see [`crate::watchdog`]).
     pub fn watchdog(&self) -> bool {
         self.watchdog
+    }
+
+    /// Whether waiting acquires are woken by release notices (see
+    /// [`crate::wake`]).
+    pub fn wake_ups(&self) -> bool {
+        self.wake_ups
     }
 
     /// How long after a successful acquire or renewal the watchdog renews.
@@ -227,6 +235,14 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Wakes waiting acquires when a holder releases (default on): one
+    /// pub/sub subscriber connection per node, opened on the first wait.
+    /// Off: waiters poll with the jittered backoff only. See [`crate::wake`].
+    pub fn wake_ups(mut self, on: bool) -> Self {
+        self.wake_ups = Some(on);
+        self
+    }
+
     /// How long after a successful acquire or renewal the watchdog renews
     /// (default: a third of the TTL, as Redisson). Renewals due within a
     /// tenth of this of each other are sent to each node together.
@@ -313,6 +329,7 @@ impl LockConfigBuilder {
             retry: self.retry,
             min_validity,
             watchdog: self.watchdog,
+            wake_ups: self.wake_ups.unwrap_or(true),
             renew_interval,
             loss_margin,
             max_hold: self.max_hold,

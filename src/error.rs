@@ -209,6 +209,8 @@ pub enum NodeOutcome {
     /// The attempt was decided before this node answered. Its request may
     /// still land; a rollback or release is sent to it all the same.
     NoReplyBeforeDecision,
+    /// The node answered a read of the fencing counters.
+    CountersRead,
 }
 
 /// One node's outcome in an attempt.
@@ -243,6 +245,7 @@ impl fmt::Display for NodeReports {
                 NodeOutcome::NoReplyBeforeDecision => {
                     write!(f, "{}: not awaited (decided before it answered)", r.node)?
                 }
+                NodeOutcome::CountersRead => write!(f, "{}: fencing counters read", r.node)?,
             }
         }
         Ok(())
@@ -363,6 +366,38 @@ pub enum Error {
         /// Why.
         reason: LostReason,
     },
+    /// A lock name (or list of names) that cannot be used.
+    #[error("lock name {key:?}: {reason}")]
+    InvalidKey {
+        /// The name as given (empty for an empty list).
+        key: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+    /// An owner token that cannot be used (see [`Owner::from_token`](crate::Owner::from_token)).
+    #[error("owner token {token:?}: {reason}")]
+    InvalidOwner {
+        /// The token as given.
+        token: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+    /// The fencing token could not be established: too few nodes confirmed
+    /// it (or answered the read of the counters) within the node timeout.
+    /// The lock itself may still be held; asking again retries.
+    #[error(
+        "lock {key:?}: no fencing token: {confirmed} of the {required} nodes needed confirmed it ({nodes})"
+    )]
+    FencingUnavailable {
+        /// The lock name.
+        key: String,
+        /// Nodes needed (a majority of all nodes).
+        required: usize,
+        /// Nodes that confirmed.
+        confirmed: usize,
+        /// Each node's outcome.
+        nodes: NodeReports,
+    },
 }
 
 /// A duration for people: milliseconds with one decimal below a second,
@@ -400,7 +435,9 @@ impl Error {
     /// [`Error::WaitBudgetExhausted`] to its last attempt).
     pub fn node_reports(&self) -> Option<&NodeReports> {
         match self {
-            Error::Contended { nodes, .. } | Error::QuorumNotReached { nodes, .. } => Some(nodes),
+            Error::Contended { nodes, .. }
+            | Error::QuorumNotReached { nodes, .. }
+            | Error::FencingUnavailable { nodes, .. } => Some(nodes),
             Error::Lost {
                 reason: LostReason::KeysGone(nodes) | LostReason::RenewalsFailed(nodes),
                 ..

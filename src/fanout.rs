@@ -90,7 +90,24 @@ where
 pub(crate) async fn fan_out<T, Fut>(
     n: usize,
     deadline: Instant,
+    call: impl FnMut(usize) -> Fut,
+    on_reply: impl FnMut(usize, Result<T, NodeError>) -> bool,
+) -> (End, Unfinished<Fut>)
+where
+    Fut: Future<Output = Result<T, NodeError>>,
+{
+    fan_out_announcing(n, deadline, call, || {}, on_reply).await
+}
+
+/// [`fan_out`], calling `on_sent` once every call has been polled once:
+/// each call to a connected node has then queued its command on that
+/// node's connection, so anything queued later on the same connections
+/// runs after it on every such node.
+pub(crate) async fn fan_out_announcing<T, Fut>(
+    n: usize,
+    deadline: Instant,
     mut call: impl FnMut(usize) -> Fut,
+    on_sent: impl FnOnce(),
     mut on_reply: impl FnMut(usize, Result<T, NodeError>) -> bool,
 ) -> (End, Unfinished<Fut>)
 where
@@ -108,21 +125,30 @@ where
         .collect();
     let timer = tokio::time::sleep_until(deadline);
     tokio::pin!(timer);
-    let end = loop {
-        tokio::select! {
-            // Replies first: one that is ready at the deadline still counts.
-            biased;
-            reply = in_flight.next() => match reply {
-                Some((i, result)) => {
+    let mut on_sent = Some(on_sent);
+    let end = std::future::poll_fn(|cx| {
+        // Replies first: one that is ready at the deadline still counts.
+        loop {
+            match in_flight.poll_next_unpin(cx) {
+                Poll::Ready(Some((i, result))) => {
                     if on_reply(i, result) {
-                        break End::Decided;
+                        return Poll::Ready(End::Decided);
                     }
                 }
-                None => break End::AllAnswered,
-            },
-            () = &mut timer => break End::DeadlinePassed,
+                Poll::Ready(None) => return Poll::Ready(End::AllAnswered),
+                // Every call still in flight has been polled.
+                Poll::Pending => break,
+            }
         }
-    };
+        if let Some(on_sent) = on_sent.take() {
+            on_sent();
+        }
+        timer.as_mut().poll(cx).map(|()| End::DeadlinePassed)
+    })
+    .await;
+    if let Some(on_sent) = on_sent.take() {
+        on_sent();
+    }
     (end, Unfinished(in_flight))
 }
 

@@ -32,8 +32,11 @@ pub enum Hold {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReleaseReport {
-    /// Nodes where our key was found and deleted.
+    /// Nodes where this hold was found and given back.
     pub released: usize,
+    /// Of those, nodes where the key stays because the same owner holds it
+    /// through other holds (re-entry); on the others it was deleted.
+    pub kept: usize,
     /// Nodes that did not carry our token (expired, or never won).
     pub not_held: usize,
     /// Nodes that failed or did not answer within the node timeout. Their
@@ -101,7 +104,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lease = &self.held.lease;
         f.debug_struct("LockGuard")
-            .field("key", &lease.key)
+            .field("keys", &lease.hold.keys)
             .field("validity", &self.validity())
             .field("watched", &lease.watched)
             .field("holds", &lease.holds())
@@ -178,15 +181,13 @@ impl LockGuard {
             lease.lock.nodes.len(),
             config.required_nodes(),
             config.node_timeout,
-            |i| {
-                lease.lock.nodes[i].extend(Arc::clone(&lease.key), Arc::clone(&lease.token), ttl_ms)
-            },
+            |i| lease.lock.nodes[i].extend(lease.hold.clone(), ttl_ms),
             |ours: &bool| if *ours { Vote::Won } else { Vote::Contended },
         )
         .await;
         let (validity, new_deadline) = quorum.validity(ttl, config.drift_factor);
         let tally = quorum.tally;
-        tracing::debug!(key = %lease.key, won = tally.won(), elapsed = ?quorum.elapsed, ?validity, "extend");
+        tracing::debug!(key = %lease.name, won = tally.won(), elapsed = ?quorum.elapsed, ?validity, "extend");
 
         let mut state = lease.state();
         if !state.is_held() {
@@ -218,14 +219,14 @@ impl LockGuard {
         drop(state);
         if tally.decision() == Decision::Won {
             return Err(Error::ValidityUsedUp {
-                key: lease.key.to_string(),
+                key: lease.name.to_string(),
                 elapsed: quorum.elapsed,
                 validity,
                 min_validity: config.min_validity,
             });
         }
         Err(Error::QuorumNotReached {
-            key: lease.key.to_string(),
+            key: lease.name.to_string(),
             required: tally.required(),
             won: tally.won(),
             nodes,
@@ -243,25 +244,22 @@ impl LockGuard {
         self.released = true;
         let lease = Arc::clone(&self.held.lease);
         let was_held = lease.begin_release().await;
-        let mut report = lease
-            .lock
-            .release_everywhere(&lease.key, &lease.token)
-            .await;
+        let mut report = lease.lock.release_everywhere(&lease.hold).await;
         report.was_held = was_held;
-        tracing::debug!(key = %lease.key, released = report.released, failed = report.failed.len(), was_held, "released");
+        tracing::debug!(key = %lease.name, released = report.released, failed = report.failed.len(), was_held, "released");
         report
     }
 }
 
 /// The error for a lease that has ended.
-fn lease_error(lease: &Lease) -> Error {
+pub(crate) fn lease_error(lease: &Lease) -> Error {
     let reason = lease
         .state()
         .ended
         .as_ref()
         .map_or(LostReason::ValidityExpired, |n| n.reason.clone());
     Error::Lost {
-        key: lease.key.to_string(),
+        key: lease.name.to_string(),
         reason,
     }
 }
@@ -290,17 +288,14 @@ impl Drop for LockGuard {
             self.held
                 .lease
                 .end(self.held.lease.state(), LostReason::Released);
-            tracing::debug!(key = %self.held.lease.key, "guard dropped outside a Tokio runtime; keys expire by their TTL");
+            tracing::debug!(key = %self.held.lease.name, "guard dropped outside a Tokio runtime; keys expire by their TTL");
             return;
         };
         let lease = Arc::clone(&self.held.lease);
         runtime.spawn(async move {
             lease.begin_release().await;
-            let report = lease
-                .lock
-                .release_everywhere(&lease.key, &lease.token)
-                .await;
-            tracing::debug!(key = %lease.key, released = report.released, "released on drop");
+            let report = lease.lock.release_everywhere(&lease.hold).await;
+            tracing::debug!(key = %lease.name, released = report.released, "released on drop");
         });
     }
 }

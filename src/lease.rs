@@ -14,12 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Stamp;
 use crate::error::{LostReason, NodeReports};
 use crate::guard::Hold;
+use crate::keys::HoldId;
 use crate::lock::LockShared;
+use crate::owner::Owner;
 use crate::stats::bump;
 
 /// Why and when a held lock stopped being provably ours. Returned by
@@ -104,12 +107,22 @@ impl State {
     }
 }
 
+/// What an acquire read from each node's fencing counters: for every node
+/// it won, each key's counter (`None`: no counter there); `None` for the
+/// other nodes. The first read of [`crate::fence`].
+pub(crate) type FenceReads = Box<[Option<Box<[Option<u64>]>>]>;
+
 /// A held lock's shared state.
 pub(crate) struct Lease {
     pub(crate) lock: Arc<LockShared>,
-    pub(crate) key: Arc<str>,
-    pub(crate) token: Arc<str>,
+    pub(crate) hold: HoldId,
+    /// The lock's name for logs and errors (`a` or `a+b`).
+    pub(crate) name: Arc<str>,
     pub(crate) acquired: Stamp,
+    /// The fencing token once established; shared with holds re-entered
+    /// through this one (one holder, one token).
+    pub(crate) fence: Arc<OnceCell<u64>>,
+    pub(crate) fence_reads: FenceReads,
     pub(crate) watched: bool,
     /// Cancelled when the lease ends (lost or released).
     cancel: CancellationToken,
@@ -117,21 +130,25 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         lock: Arc<LockShared>,
-        key: Arc<str>,
-        token: Arc<str>,
+        hold: HoldId,
         start: Stamp,
         deadline: Stamp,
         holds: Vec<Hold>,
         watched: bool,
+        fence: Arc<OnceCell<u64>>,
+        fence_reads: FenceReads,
     ) -> Lease {
         let ttl = lock.config.ttl;
         let mut lease = Lease {
             lock,
-            key,
-            token,
+            name: Arc::from(hold.keys.to_string()),
+            hold,
             acquired: start,
+            fence,
+            fence_reads,
             watched,
             cancel: CancellationToken::new(),
             state: Mutex::new(State {
@@ -250,7 +267,7 @@ impl Lease {
         if notice.reason != LostReason::Released {
             bump(&counters.lost);
             tracing::warn!(
-                key = %self.key,
+                key = %self.name,
                 reason = %notice.reason,
                 validity_left_ms = notice.deadline.saturating_since(now).as_millis() as u64,
                 "lock lost: the holder can no longer prove it holds the lock"
@@ -339,7 +356,7 @@ impl Lease {
             // A round ends within its node timeout; the bound is a backstop.
             let bound = self.lock.config.node_timeout * 2 + self.lock.config.connect_timeout;
             if tokio::time::timeout(bound, done.cancelled()).await.is_err() {
-                tracing::debug!(key = %self.key, "a renewal round did not end in time before release");
+                tracing::debug!(key = %self.name, "a renewal round did not end in time before release");
             }
         }
         was_held
@@ -380,7 +397,7 @@ pub struct HeldLock {
 impl fmt::Debug for HeldLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HeldLock")
-            .field("key", &self.lease.key)
+            .field("keys", &self.lease.hold.keys)
             .field("is_held", &self.is_held())
             .field("validity", &self.validity())
             .finish_non_exhaustive()
@@ -388,15 +405,29 @@ impl fmt::Debug for HeldLock {
 }
 
 impl HeldLock {
-    /// The lock name.
+    /// The lock name; for a lock on several names, the first of them in
+    /// sorted order (see [`keys`](Self::keys)).
     pub fn key(&self) -> &str {
-        &self.lease.key
+        self.lease.hold.keys.first()
     }
 
-    /// This holder's owner token (32 hex digits, 128 random bits), the value
-    /// stored under the key on every node it holds.
+    /// Every lock name this hold covers, sorted (one for a plain lock).
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.lease.hold.keys.names().iter().map(|n| &**n)
+    }
+
+    /// This holder's owner token (32 hex digits, 128 random bits), stored
+    /// under the key on every node it holds. Holds of one
+    /// [`owner`](Self::owner) share it.
     pub fn token(&self) -> &str {
-        &self.lease.token
+        &self.lease.hold.token
+    }
+
+    /// Who holds this lock: pass it to code (or, as its token, to another
+    /// process) that should re-enter the lock as the same holder with
+    /// [`MultiLock::acquire_as`](crate::MultiLock::acquire_as).
+    pub fn owner(&self) -> Owner {
+        Owner::from_shared(Arc::clone(&self.lease.hold.token))
     }
 
     /// Whether the lock is still provably ours: it was not found lost or

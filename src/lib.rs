@@ -81,15 +81,20 @@ mod clock;
 mod config;
 mod error;
 mod fanout;
+pub mod fence;
+pub mod fenced;
 mod guard;
+mod keys;
 mod lease;
 mod lock;
 mod node;
+mod owner;
 mod quorum;
 mod retry;
 mod scoped;
 mod scripts;
 mod stats;
+pub mod wake;
 pub mod watchdog;
 
 pub use clock::Stamp;
@@ -100,6 +105,7 @@ pub use error::{
 pub use guard::{Hold, LockGuard, ReleaseReport};
 pub use lease::{HeldLock, LossNotice, Renewal};
 pub use lock::MultiLock;
+pub use owner::Owner;
 pub use quorum::Quorum;
 pub use retry::RetryPolicy;
 pub use stats::{LockStats, NodeStats};

@@ -5,18 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::config::LockConfig;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
-use crate::fanout::{End, fan_out, quorum_round};
+use crate::fanout::{End, fan_out, fan_out_announcing, quorum_round};
 use crate::guard::{LockGuard, ReleaseReport, holds};
+use crate::keys::{HoldId, KeySet};
 use crate::lease::Lease;
-use crate::node::{AcquireReply, Node};
+use crate::node::{AcquireReply, Node, ReleaseReply};
+use crate::owner::Owner;
 use crate::quorum::{self, Decision, Vote};
 use crate::stats::{Counters, LockStats, bump};
+use crate::wake::Wake;
 use crate::watchdog::Watchdog;
 
 /// A distributed lock service over N independent Redis masters ("nodes").
@@ -60,6 +64,7 @@ pub(crate) struct LockShared {
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) counters: Counters,
     pub(crate) watchdog: Watchdog,
+    pub(crate) wake: Wake,
 }
 
 impl fmt::Debug for MultiLock {
@@ -84,23 +89,30 @@ impl MultiLock {
     /// left cannot be ordered before its release); the guard then reports
     /// the node as [`Hold::Unknown`](crate::Hold::Unknown).
     pub fn new(config: LockConfig) -> MultiLock {
-        let nodes = config
+        let nodes: Vec<Arc<Node>> = config
             .nodes
             .iter()
             .map(|n| Arc::new(Node::new(n.client.clone(), config.connect_timeout)))
             .collect();
+        let wake = Wake::new(config.wake_ups, &nodes, config.connect_timeout);
         let lock = MultiLock {
             shared: Arc::new(LockShared {
                 config,
                 nodes,
                 counters: Counters::default(),
                 watchdog: Watchdog::default(),
+                wake,
             }),
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             lock.shared.nodes.iter().for_each(Node::start_connecting);
         }
         lock
+    }
+
+    /// The lock service a guard belongs to.
+    pub(crate) fn from_shared(shared: Arc<LockShared>) -> MultiLock {
+        MultiLock { shared }
     }
 
     /// What the lock's guards share (for unit tests of the layers below).
@@ -146,38 +158,162 @@ impl MultiLock {
     /// Cancel safety: dropping the future before it completes leaks at most
     /// keys that expire by their TTL; no guard believes it holds them.
     pub async fn try_acquire(&self, key: &str) -> Result<LockGuard, Error> {
-        self.attempt(&Arc::from(key), self.shared.config.watchdog)
-            .await
+        self.acquire_request(
+            Request::new(&[key], None)?,
+            None,
+            self.shared.config.watchdog,
+        )
+        .await
     }
 
-    /// Takes the lock named `key`, retrying with jittered backoff (see
-    /// [`RetryPolicy`](crate::RetryPolicy)) until it is won, the wait budget
+    /// Takes the lock named `key`, retrying until it is won, the wait budget
     /// is spent, or the attempt limit is reached. The last attempt starts
     /// before the budget runs out, so the call can overrun it by at most one
     /// attempt (about one node timeout). Errors other than contention or a
     /// missed quorum are returned at once.
     ///
+    /// Between attempts it waits for the holder's release: with
+    /// [wake-ups](crate::LockConfigBuilder::wake_ups) on (the default) a
+    /// release on any node wakes it at once; otherwise, or if the notice
+    /// is lost, it sleeps for the holder's remaining TTL or the jittered
+    /// backoff of the [`RetryPolicy`](crate::RetryPolicy), whichever is
+    /// shorter. See [`crate::wake`].
+    ///
     /// Cancel safety: as for [`try_acquire`](Self::try_acquire).
     pub async fn acquire(&self, key: &str, wait: Duration) -> Result<LockGuard, Error> {
-        self.acquire_with(key, wait, self.shared.config.watchdog)
+        self.acquire_request(
+            Request::new(&[key], None)?,
+            Some(wait),
+            self.shared.config.watchdog,
+        )
+        .await
+    }
+
+    /// One attempt to take several locks at once, all or nothing: one guard
+    /// for all of them, with one validity, one watchdog and one release.
+    ///
+    /// Each node gets every name in one script call, in sorted order
+    /// (duplicates are dropped), and takes all of them or none: a name held
+    /// by another owner fails the whole attempt on that node, and the
+    /// attempt is rolled back on every node like any failed acquire. So two
+    /// clients locking overlapping sets never deadlock and never leave a
+    /// partial hold behind.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use quorumlock::{Error, LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let transfer = lock.try_acquire_all(&["account:7", "account:3"]).await?;
+    /// assert_eq!(transfer.keys().collect::<Vec<_>>(), ["account:3", "account:7"]);
+    /// // One of the names is taken, so the whole set is refused.
+    /// assert!(matches!(lock.try_acquire_all(&["account:3", "account:9"]).await, Err(Error::Contended { .. })));
+    /// // ... and nothing of that attempt stays behind:
+    /// lock.try_acquire("account:9").await?.release().await;
+    /// transfer.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire_all<S: AsRef<str>>(&self, keys: &[S]) -> Result<LockGuard, Error> {
+        self.acquire_request(Request::new(keys, None)?, None, self.shared.config.watchdog)
             .await
     }
 
-    /// [`acquire`](Self::acquire), with the watchdog on or off for this guard.
-    pub(crate) async fn acquire_with(
+    /// [`try_acquire_all`](Self::try_acquire_all), retrying as
+    /// [`acquire`](Self::acquire) does until the wait budget is spent.
+    pub async fn acquire_all<S: AsRef<str>>(
         &self,
+        keys: &[S],
+        wait: Duration,
+    ) -> Result<LockGuard, Error> {
+        self.acquire_request(
+            Request::new(keys, None)?,
+            Some(wait),
+            self.shared.config.watchdog,
+        )
+        .await
+    }
+
+    /// Takes the lock named `key` as `owner` (waiting as
+    /// [`acquire`](Self::acquire)). If `owner` holds it already, this is a
+    /// re-entry: it succeeds while the other holds last, adds one hold to
+    /// the count on the nodes, and the key stays until every hold is
+    /// released. Otherwise it is a plain acquire under that owner's token.
+    ///
+    /// Use it where the holder's identity has to travel: to another process
+    /// as [`Owner::token`], or into code that gets an [`Owner`] rather than
+    /// the hold. Within one task tree, [`HeldLock::reenter`] is simpler.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock, Owner};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let owner = Owner::new();
+    /// let outer = lock.acquire_as(&owner, "ledger", Duration::from_secs(1)).await?;
+    /// // Elsewhere (another task, or a process given `owner.token()`):
+    /// let same = Owner::from_token(owner.token())?;
+    /// let inner = lock.acquire_as(&same, "ledger", Duration::ZERO).await?;
+    /// assert!(inner.release().await.kept > 0, "the outer hold keeps the key");
+    /// assert!(outer.is_held());
+    /// outer.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_as(
+        &self,
+        owner: &Owner,
         key: &str,
         wait: Duration,
+    ) -> Result<LockGuard, Error> {
+        let request = Request::new(&[key], Some(Arc::clone(owner.shared_token())))?;
+        self.acquire_request(request, Some(wait), self.shared.config.watchdog)
+            .await
+    }
+
+    /// [`acquire_all`](Self::acquire_all) as `owner`: re-enters the names
+    /// `owner` holds, takes the others.
+    pub async fn acquire_all_as<S: AsRef<str>>(
+        &self,
+        owner: &Owner,
+        keys: &[S],
+        wait: Duration,
+    ) -> Result<LockGuard, Error> {
+        let request = Request::new(keys, Some(Arc::clone(owner.shared_token())))?;
+        self.acquire_request(request, Some(wait), self.shared.config.watchdog)
+            .await
+    }
+
+    /// Runs a request: one attempt (`wait: None`), or attempts until won or
+    /// the budget is spent.
+    pub(crate) async fn acquire_request(
+        &self,
+        request: Request,
+        wait: Option<Duration>,
         watched: bool,
     ) -> Result<LockGuard, Error> {
-        let key: Arc<str> = Arc::from(key);
+        let Some(wait) = wait else {
+            return self.attempt(&request, watched).await;
+        };
         let began = Instant::now();
         let budget_end = began + wait;
         let retry = &self.shared.config.retry;
+        let mut waiting = self
+            .shared
+            .wake
+            .waiter(&request.keys, &self.shared.counters);
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let error = match self.attempt(&key, watched).await {
+            // Marked before the attempt: a release announced while it runs
+            // still wakes the wait after it.
+            waiting.mark();
+            let error = match self.attempt(&request, watched).await {
                 Ok(guard) => return Ok(guard),
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
@@ -186,46 +322,82 @@ impl MultiLock {
             let out_of_attempts = retry.get_max_attempts().is_some_and(|max| attempts >= max);
             if out_of_attempts || now >= budget_end {
                 return Err(Error::WaitBudgetExhausted {
-                    key: key.to_string(),
+                    key: request.keys.to_string(),
                     attempts,
                     waited: now - began,
                     last: Box::new(error),
                 });
             }
-            let pause = retry
-                .delay(attempts, rand::random::<f64>())
-                .min(budget_end - now);
-            tokio::time::sleep(pause).await;
+            let backoff = retry.delay(attempts, rand::random::<f64>());
+            waiting.wait(&error, backoff, budget_end).await;
         }
     }
 
-    async fn attempt(&self, key: &Arc<str>, watched: bool) -> Result<LockGuard, Error> {
+    async fn attempt(&self, request: &Request, watched: bool) -> Result<LockGuard, Error> {
         let span = tracing::debug_span!(
             "acquire",
-            key = %key,
+            key = %request.keys,
             nodes = self.shared.nodes.len(),
             won = Empty,
             elapsed_us = Empty,
             validity_ms = Empty,
         );
-        self.shared.attempt(key, watched).instrument(span).await
+        self.shared.attempt(request, watched).instrument(span).await
+    }
+}
+
+/// What to acquire: the names, and as whom.
+pub(crate) struct Request {
+    pub(crate) keys: Arc<KeySet>,
+    /// The owner token; `None`: a fresh owner for every attempt.
+    pub(crate) owner: Option<Arc<str>>,
+    /// The fencing token cell to share (a re-entry through a hold).
+    pub(crate) fence: Option<Arc<OnceCell<u64>>>,
+}
+
+impl Request {
+    pub(crate) fn new<S: AsRef<str>>(
+        keys: &[S],
+        owner: Option<Arc<str>>,
+    ) -> Result<Request, Error> {
+        Ok(Request {
+            keys: KeySet::new(keys)?,
+            owner,
+            fence: None,
+        })
+    }
+
+    /// The hold one attempt tries to take: the owner's token (a fresh one
+    /// for an anonymous request) and a fresh entry id, so that a late
+    /// rollback of one attempt can never remove another attempt's hold.
+    fn hold(&self) -> HoldId {
+        let token = match &self.owner {
+            Some(token) => Arc::clone(token),
+            None => Arc::clone(Owner::new().shared_token()),
+        };
+        HoldId::new(Arc::clone(&self.keys), token)
     }
 }
 
 impl LockShared {
     /// One acquire attempt, following DESIGN.md "The acquire path".
-    async fn attempt(self: &Arc<Self>, key: &Arc<str>, watched: bool) -> Result<LockGuard, Error> {
+    async fn attempt(
+        self: &Arc<Self>,
+        request: &Request,
+        watched: bool,
+    ) -> Result<LockGuard, Error> {
         let config = &self.config;
-        let token = new_token();
+        let hold = request.hold();
+        let key = &hold.keys;
         let ttl_ms = ttl_millis(config.ttl);
         bump(&self.counters.attempts);
         let mut round = quorum_round(
             self.nodes.len(),
             config.required_nodes(),
             config.node_timeout,
-            |i| self.nodes[i].acquire(Arc::clone(key), Arc::clone(&token), ttl_ms),
+            |i| self.nodes[i].acquire(hold.clone(), ttl_ms),
             |reply| match reply {
-                AcquireReply::Won => Vote::Won,
+                AcquireReply::Won { .. } => Vote::Won,
                 AcquireReply::Held { .. } => Vote::Contended,
             },
         )
@@ -241,19 +413,29 @@ impl LockShared {
         if round.won_with(config.ttl, config.drift_factor, config.min_validity) {
             tracing::debug!(won = tally.won(), ?validity, "acquired");
             bump(&self.counters.acquired);
+            let fence_reads = round
+                .replies
+                .iter_mut()
+                .map(|reply| match reply.take() {
+                    Some(Ok(AcquireReply::Won { fences })) => Some(fences),
+                    _ => None,
+                })
+                .collect();
+            let fence = request.fence.clone().unwrap_or_default();
             return Ok(LockGuard::new(Lease::new(
                 Arc::clone(self),
-                Arc::clone(key),
-                token,
+                hold,
                 round.start,
                 deadline,
                 holds(&round.votes),
                 watched,
+                fence,
+                fence_reads,
             )));
         }
 
         // Lost (or won too late): undo whatever the attempt may have written.
-        self.rollback(key, &token, &round.replies).await;
+        self.rollback(&hold, &round.replies).await;
 
         if tally.decision() == Decision::Won {
             bump(&self.counters.validity_used_up);
@@ -305,12 +487,7 @@ impl LockShared {
     /// release (one round trip) so the next attempt finds them clean. Nodes
     /// that did not answer may still run our acquire later; their release is
     /// queued behind it and a background task sees it through.
-    async fn rollback(
-        &self,
-        key: &Arc<str>,
-        token: &Arc<str>,
-        replies: &[Option<Result<AcquireReply, NodeError>>],
-    ) {
+    async fn rollback(&self, hold: &HoldId, replies: &[Option<Result<AcquireReply, NodeError>>]) {
         // (node, whether it answered the acquire) for every node that may
         // hold our key: all but those that answered "held by another".
         let targets: Vec<(usize, bool)> = replies
@@ -328,7 +505,7 @@ impl LockShared {
         let (_, unfinished) = fan_out(
             targets.len(),
             deadline,
-            |j| self.nodes[targets[j].0].release(Arc::clone(key), Arc::clone(token)),
+            |j| self.nodes[targets[j].0].release(hold.clone()),
             |j, reply| {
                 if let Err(error) = reply {
                     tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
@@ -351,29 +528,33 @@ impl LockShared {
 
     /// Sends the release script to every node and waits for each answer up
     /// to the node timeout.
-    pub(crate) async fn release_everywhere(
-        &self,
-        key: &Arc<str>,
-        token: &Arc<str>,
-    ) -> ReleaseReport {
+    pub(crate) async fn release_everywhere(&self, hold: &HoldId) -> ReleaseReport {
         bump(&self.counters.released);
         let n = self.nodes.len();
         let mut report = ReleaseReport {
             released: 0,
+            kept: 0,
             not_held: 0,
             failed: Vec::new(),
             was_held: false,
         };
         let mut answered = vec![false; n];
-        let (end, unfinished) = fan_out(
+        let (end, unfinished) = fan_out_announcing(
             n,
             Instant::now() + self.config.node_timeout,
-            |i| self.nodes[i].release(Arc::clone(key), Arc::clone(token)),
+            |i| self.nodes[i].release(hold.clone()),
+            // Queued on every node: a waiter of this lock service may
+            // attempt now, its requests run after the release.
+            || self.wake.released(&hold.keys),
             |i, reply| {
                 answered[i] = true;
                 match reply {
-                    Ok(true) => report.released += 1,
-                    Ok(false) => report.not_held += 1,
+                    Ok(ReleaseReply::Freed) => report.released += 1,
+                    Ok(ReleaseReply::Kept) => {
+                        report.released += 1;
+                        report.kept += 1;
+                    }
+                    Ok(ReleaseReply::NotOurs) => report.not_held += 1,
                     Err(e) => report.failed.push(e),
                 }
                 false
@@ -442,6 +623,24 @@ impl LockShared {
         NodeReports(reports)
     }
 
+    /// Per-node outcomes of a round decided by votes (a renewal, a fencing
+    /// raise): won, not ours, or the node's error.
+    pub(crate) fn vote_reports(
+        &self,
+        votes: &[Option<Vote>],
+        errors: &[Option<NodeError>],
+        deadline_passed: bool,
+    ) -> NodeReports {
+        let replies = votes.iter().zip(errors).map(|(vote, error)| match vote {
+            Some(Vote::Won) => Some(Ok(NodeOutcome::Won)),
+            Some(Vote::Contended) => Some(Ok(NodeOutcome::NotHeld)),
+            // A failed vote always comes with its node's error.
+            Some(Vote::Failed) => error.clone().map(Err),
+            None => None,
+        });
+        self.outcome_reports(replies, deadline_passed)
+    }
+
     fn timeout_error(&self, node: &Node) -> NodeError {
         bump(&node.counters.timeouts);
         self.timeout_detail(node)
@@ -463,16 +662,10 @@ impl LockShared {
 impl From<AcquireReply> for NodeOutcome {
     fn from(reply: AcquireReply) -> NodeOutcome {
         match reply {
-            AcquireReply::Won => NodeOutcome::Won,
+            AcquireReply::Won { .. } => NodeOutcome::Won,
             AcquireReply::Held { pttl } => NodeOutcome::HeldByOther { pttl },
         }
     }
-}
-
-/// A fresh owner token: 128 random bits from the OS (UUID v4), as 32 hex digits.
-fn new_token() -> Arc<str> {
-    let mut buf = uuid::Uuid::encode_buffer();
-    Arc::from(&*uuid::Uuid::new_v4().simple().encode_lower(&mut buf))
 }
 
 /// The TTL in whole milliseconds for `PX`/`PEXPIRE` (validated to fit).

@@ -32,6 +32,7 @@ use redis::{
 };
 
 use crate::error::{NodeError, NodeErrorKind};
+use crate::keys::{HoldId, KeySet};
 use crate::scripts::{self, Script};
 use crate::stats::{NodeCounters, bump};
 
@@ -56,37 +57,48 @@ pub(crate) struct Node {
     pub(crate) counters: NodeCounters,
 }
 
-/// Keys per renew script call (the watchdog's group size): large enough
-/// that 10,000 locks take a few dozen calls per node, small enough that one
-/// call holds the server for well under a millisecond.
+/// Lock keys per renew script call (the watchdog's group size): large
+/// enough that 10,000 locks take a few dozen calls per node, small enough
+/// that one call holds the server for well under a millisecond.
 pub(crate) const RENEW_CHUNK: usize = 256;
 
-/// One lock of a watchdog group.
-#[derive(Clone, Debug)]
+/// One guard of a watchdog group.
+#[derive(Clone)]
 pub(crate) struct RenewItem {
-    pub(crate) key: Arc<str>,
-    pub(crate) token: Arc<str>,
+    pub(crate) hold: HoldId,
     pub(crate) ttl_ms: u64,
 }
 
-/// A node's answer to the renew script, for one lock.
+/// A node's answer to the renew script, for one guard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RenewReply {
-    /// Our token was there; its TTL is reset.
+    /// Our token was on every key; the TTLs are reset.
     Renewed,
-    /// The key was absent and is ours again (same token, same TTL).
+    /// Some key was absent and is ours again (same token, same TTL).
     Healed,
-    /// Another owner (or a non-lock value) holds the key.
+    /// Another owner (or a non-lock value) holds some key.
     NotOurs,
 }
 
 /// A node's answer to the acquire script.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// The node holds our token now.
-    Won,
-    /// Another owner holds it for `pttl` more (`None`: no expiry).
+    /// The node holds every key for us now; each key's fencing counter
+    /// (`None`: the node has none).
+    Won { fences: Box<[Option<u64>]> },
+    /// Another owner holds a key for `pttl` more (`None`: no expiry).
     Held { pttl: Option<Duration> },
+}
+
+/// A node's answer to the release script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// No key carried our token.
+    NotOurs,
+    /// Our hold is gone and the keys with it.
+    Freed,
+    /// Our hold is gone; the owner's other holds keep the keys.
+    Kept,
 }
 
 impl Node {
@@ -106,64 +118,148 @@ impl Node {
         &self.name
     }
 
-    /// Runs the acquire script.
+    /// The client, for connections of other kinds (the wake-up subscriber).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs the acquire script for every key of the hold.
     pub(crate) fn acquire(
         self: &Arc<Self>,
-        key: Arc<str>,
-        token: Arc<str>,
+        hold: HoldId,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
-            match node
-                .eval(&scripts::ACQUIRE, one_key(&key, &token, Some(ttl_ms)))
-                .await?
-            {
-                Value::Okay => Ok(AcquireReply::Won),
-                Value::Int(ms) if ms >= 0 => Ok(AcquireReply::Held {
-                    pttl: Some(Duration::from_millis(ms as u64)),
-                }),
-                // -1: the holder set no expiry. (-2, "no key", cannot happen: we just read it.)
-                Value::Int(_) => Ok(AcquireReply::Held { pttl: None }),
+            let reply = node
+                .eval(&scripts::ACQUIRE, |cmd| {
+                    with_fences(cmd, &hold.keys);
+                    cmd.arg(&*hold.token).arg(&*hold.entry).arg(ttl_ms);
+                })
+                .await?;
+            let m = hold.keys.len();
+            match reply {
+                Value::Array(items) => match items.as_slice() {
+                    [Value::Int(1), fences @ ..] if fences.len() == m => fences
+                        .iter()
+                        .map(|c| match c {
+                            Value::Int(-1) => Ok(None),
+                            Value::Int(c) => u64::try_from(*c)
+                                .map(Some)
+                                .map_err(|_| node.unexpected(Value::Int(*c))),
+                            other => Err(node.unexpected(other.clone())),
+                        })
+                        .collect::<Result<_, _>>()
+                        .map(|fences| AcquireReply::Won { fences }),
+                    // -1: the holder set no expiry.
+                    [Value::Int(0), Value::Int(ms), Value::Int(_)] => Ok(AcquireReply::Held {
+                        pttl: u64::try_from(*ms).ok().map(Duration::from_millis),
+                    }),
+                    _ => Err(node.unexpected(Value::Array(items))),
+                },
                 other => Err(node.unexpected(other)),
             }
         }
     }
 
-    /// Runs the compare-and-delete script; `true` when our key was deleted.
+    /// Runs the release script: gives back this hold on every key.
     pub(crate) fn release(
         self: &Arc<Self>,
-        key: Arc<str>,
-        token: Arc<str>,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        hold: HoldId,
+    ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .eval(&scripts::RELEASE, one_key(&key, &token, None))
+                .eval(&scripts::RELEASE, |cmd| {
+                    with_keys(cmd, &hold.keys);
+                    cmd.arg(&*hold.token).arg(&*hold.entry);
+                })
                 .await?;
-            node.flag(reply)
+            match reply {
+                Value::Int(0) => Ok(ReleaseReply::NotOurs),
+                Value::Int(1) => Ok(ReleaseReply::Freed),
+                Value::Int(2) => Ok(ReleaseReply::Kept),
+                other => Err(node.unexpected(other)),
+            }
         }
     }
 
-    /// Runs the compare-and-expire script; `true` when our key got the new TTL.
+    /// Runs the compare-and-expire script; `true` when every key is ours
+    /// and lives at least `ttl_ms` now.
     pub(crate) fn extend(
         self: &Arc<Self>,
-        key: Arc<str>,
-        token: Arc<str>,
+        hold: HoldId,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .eval(&scripts::EXTEND, one_key(&key, &token, Some(ttl_ms)))
+                .eval(&scripts::EXTEND, |cmd| {
+                    with_keys(cmd, &hold.keys);
+                    cmd.arg(&*hold.token).arg(&*hold.entry).arg(ttl_ms);
+                })
                 .await?;
             node.flag(reply)
         }
     }
 
+    /// Raises the fencing counters of the hold's keys to `token` if every
+    /// key is still ours; `true` when it did (every counter is `>= token`).
+    pub(crate) fn raise_fence(
+        self: &Arc<Self>,
+        hold: HoldId,
+        token: u64,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        let node = Arc::clone(self);
+        async move {
+            let reply = node
+                .eval(&scripts::FENCE, |cmd| {
+                    with_fences(cmd, &hold.keys);
+                    cmd.arg(&*hold.token).arg(token);
+                })
+                .await?;
+            node.flag(reply)
+        }
+    }
+
+    /// Reads the fencing counters of `keys` (`None`: the node has none).
+    pub(crate) fn read_fences(
+        self: &Arc<Self>,
+        keys: Arc<KeySet>,
+    ) -> impl Future<Output = Result<Box<[Option<u64>]>, NodeError>> + Send + 'static {
+        let node = Arc::clone(self);
+        async move {
+            let reply = node
+                .query(|| {
+                    let mut cmd = redis::cmd("MGET");
+                    cmd.arg(keys.fences());
+                    cmd
+                })
+                .await?;
+            let Value::Array(items) = reply else {
+                return Err(node.unexpected(reply));
+            };
+            if items.len() != keys.len() {
+                return Err(node.unexpected(Value::Array(items)));
+            }
+            items
+                .into_iter()
+                .map(|v| match v {
+                    Value::Nil => Ok(None),
+                    Value::BulkString(ref bytes) => std::str::from_utf8(bytes)
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .map(Some)
+                        .ok_or_else(|| node.unexpected(v.clone())),
+                    other => Err(node.unexpected(other)),
+                })
+                .collect()
+        }
+    }
+
     /// Runs the renew script once for every item of a watchdog group (the
-    /// watchdog keeps groups to [`RENEW_CHUNK`] keys) and returns one reply
-    /// per item, in order.
+    /// watchdog keeps groups to about [`RENEW_CHUNK`] keys) and returns one
+    /// reply per item, in order.
     pub(crate) fn renew(
         self: &Arc<Self>,
         items: Arc<[RenewItem]>,
@@ -173,12 +269,16 @@ impl Node {
             bump(&node.counters.renew_calls);
             let reply = node
                 .eval(&scripts::RENEW, |cmd: &mut Cmd| {
-                    cmd.arg(items.len());
+                    let keys: usize = items.iter().map(|i| i.hold.keys.len()).sum();
+                    cmd.arg(keys);
                     for item in items.iter() {
-                        cmd.arg(&*item.key);
+                        names(cmd, &item.hold.keys);
                     }
                     for item in items.iter() {
-                        cmd.arg(&*item.token).arg(item.ttl_ms);
+                        cmd.arg(&*item.hold.token)
+                            .arg(&*item.hold.entry)
+                            .arg(item.ttl_ms)
+                            .arg(item.hold.keys.len());
                     }
                 })
                 .await?;
@@ -232,11 +332,6 @@ impl Node {
     /// fallback is sent only while this future is alive, so a fan-out that
     /// has already decided and dropped it never sends a late second command.
     ///
-    /// A connection found dead (e.g. the server restarted since it was made)
-    /// is replaced and the call sent once more. That cannot reorder anything:
-    /// a closed socket runs no further commands on the server, and each
-    /// script is idempotent for one token.
-    ///
     /// `args` appends everything after the script reference (`numkeys`,
     /// keys, arguments).
     async fn eval(
@@ -250,23 +345,9 @@ impl Node {
             args(&mut cmd);
             cmd
         };
-        let result = self.eval_reconnecting(&build, script).await;
-        if result.is_err() {
-            bump(&self.counters.errors);
-        }
-        result
-    }
-
-    /// The body of [`eval`](Self::eval), before failures are counted.
-    async fn eval_reconnecting(
-        self: &Arc<Self>,
-        build: &impl Fn(&str, &str) -> Cmd,
-        script: &Script,
-    ) -> Result<Value, NodeError> {
-        let mut reconnected = false;
-        loop {
-            let (mut conn, generation) = self.connection().await?;
-            let result = match self
+        self.counted(self.reconnecting(|conn, generation| async move {
+            let mut conn = conn;
+            match self
                 .send(&mut conn, generation, &build("EVALSHA", &script.sha))
                 .await
             {
@@ -275,8 +356,46 @@ impl Node {
                         .await
                 }
                 result => result,
-            };
-            match result {
+            }
+        }))
+        .await
+    }
+
+    /// Sends a plain command (no script).
+    async fn query(self: &Arc<Self>, build: impl Fn() -> Cmd) -> Result<Value, NodeError> {
+        let build = &build;
+        self.counted(self.reconnecting(|mut conn, generation| async move {
+            self.send(&mut conn, generation, &build()).await
+        }))
+        .await
+    }
+
+    /// Counts a failed call.
+    async fn counted(
+        &self,
+        call: impl Future<Output = Result<Value, NodeError>>,
+    ) -> Result<Value, NodeError> {
+        let result = call.await;
+        if result.is_err() {
+            bump(&self.counters.errors);
+        }
+        result
+    }
+
+    /// Runs `call` on the current connection. A connection found dead (e.g.
+    /// the server restarted since it was made) is replaced and the call sent
+    /// once more. That cannot reorder anything: a closed socket runs no
+    /// further commands on the server, and each script is idempotent for
+    /// one hold (entry id).
+    async fn reconnecting<F, Fut>(self: &Arc<Self>, call: F) -> Result<Value, NodeError>
+    where
+        F: Fn(MultiplexedConnection, u64) -> Fut,
+        Fut: Future<Output = Result<Value, RedisError>>,
+    {
+        let mut reconnected = false;
+        loop {
+            let (conn, generation) = self.connection().await?;
+            match call(conn, generation).await {
                 Err(e) if e.is_connection_dropped() && !reconnected => reconnected = true,
                 result => return result.map_err(|e| self.error(&e)),
             }
@@ -397,14 +516,23 @@ impl Node {
     }
 }
 
-/// Arguments of a one-key script: `1 key token [ttl_ms]`.
-fn one_key<'a>(key: &'a str, token: &'a str, ttl_ms: Option<u64>) -> impl Fn(&mut Cmd) + 'a {
-    move |cmd| {
-        cmd.arg(1).arg(key).arg(token);
-        if let Some(ttl) = ttl_ms {
-            cmd.arg(ttl);
-        }
+/// `numkeys` and the lock keys of a script that touches only those.
+fn with_keys(cmd: &mut Cmd, keys: &KeySet) {
+    cmd.arg(keys.len());
+    names(cmd, keys);
+}
+
+fn names(cmd: &mut Cmd, keys: &KeySet) {
+    for name in keys.names() {
+        cmd.arg(&**name);
     }
+}
+
+/// `numkeys`, the lock keys, then their fencing counters.
+fn with_fences(cmd: &mut Cmd, keys: &KeySet) {
+    cmd.arg(2 * keys.len());
+    names(cmd, keys);
+    cmd.arg(keys.fences());
 }
 
 /// Sorts a Redis error into the classes a caller can act on.

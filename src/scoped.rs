@@ -10,7 +10,7 @@ use futures::FutureExt;
 
 use crate::error::Error;
 use crate::lease::HeldLock;
-use crate::lock::MultiLock;
+use crate::lock::{MultiLock, Request};
 
 impl MultiLock {
     /// Takes the lock named `key` (waiting up to `wait`, as
@@ -66,7 +66,9 @@ impl MultiLock {
         F: FnOnce(HeldLock) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.acquire_with(key, wait, true).await?;
+        let guard = self
+            .acquire_request(Request::new(&[key], None)?, Some(wait), true)
+            .await?;
         let lost = guard.lost();
         let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(guard.handle()))) {
             Ok(work) => {

@@ -19,11 +19,13 @@ impl Script {
     }
 }
 
-/// `SET NX PX` semantics, plus: re-entry with our own token refreshes the
-/// TTL, a foreign holder's PTTL is returned, a wrong-typed key errors.
+/// `SET NX PX` for every key of a guard at once, all or nothing, plus:
+/// re-entry by the same owner adds a hold, a foreign holder's PTTL is
+/// returned, and each key's fencing counter is read.
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-/// Compare-and-delete.
+/// Compare-and-delete of one hold; the key goes with its last hold, and the
+/// node announces that it is free.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 /// Compare-and-expire.
@@ -34,9 +36,13 @@ pub(crate) static EXTEND: LazyLock<Script> =
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 
+/// Raises the fencing counters to a token while the keys are ours.
+pub(crate) static FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
+
 /// Every script, loaded on each new connection.
-pub(crate) fn all() -> [&'static Script; 4] {
-    [&ACQUIRE, &RELEASE, &EXTEND, &RENEW]
+pub(crate) fn all() -> [&'static Script; 5] {
+    [&ACQUIRE, &RELEASE, &EXTEND, &RENEW, &FENCE]
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! Plain relaxed atomics: one uncontended add per event, read as a snapshot
 //! by [`MultiLock::stats`](crate::MultiLock::stats).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A snapshot of a [`MultiLock`](crate::MultiLock)'s counters since it was
@@ -55,6 +56,14 @@ pub struct LockStats {
     pub lost: u64,
     /// Guards released (explicitly or on drop).
     pub released: u64,
+    /// Fencing tokens handed out.
+    pub fencing_tokens: u64,
+    /// Release notices received by the wake-up subscribers (one per node
+    /// that freed a name some waiter waited for).
+    pub wake_notices: u64,
+    /// Waits between attempts that ended early on a release notice (from a
+    /// node or from a release by this lock service).
+    pub woken: u64,
     /// Per-node failures, in configuration order.
     pub nodes: Vec<NodeStats>,
 }
@@ -91,6 +100,11 @@ pub(crate) struct Counters {
     pub(crate) watched: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) fencing_tokens: AtomicU64,
+    /// Shared with the wake-up subscriber tasks, which must not keep the
+    /// lock service alive.
+    pub(crate) wake_notices: Arc<AtomicU64>,
+    pub(crate) woken: AtomicU64,
 }
 
 /// The node-level counters behind [`NodeStats`].
@@ -107,6 +121,11 @@ pub(crate) fn bump(counter: &AtomicU64) {
 }
 
 impl Counters {
+    /// The wake-up notice counter, for a subscriber task.
+    pub(crate) fn notices_handle(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.wake_notices)
+    }
+
     pub(crate) fn snapshot(&self, nodes: Vec<NodeStats>) -> LockStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         LockStats {
@@ -124,6 +143,9 @@ impl Counters {
             watched: get(&self.watched),
             lost: get(&self.lost),
             released: get(&self.released),
+            fencing_tokens: get(&self.fencing_tokens),
+            wake_notices: get(&self.wake_notices),
+            woken: get(&self.woken),
             nodes,
         }
     }

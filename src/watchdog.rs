@@ -104,7 +104,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clock::Stamp;
-use crate::error::{LostReason, NodeError, NodeOutcome, NodeReports};
+use crate::error::{LostReason, NodeError};
 use crate::fanout::{End, fan_out};
 use crate::guard::holds;
 use crate::lease::{Lease, Renewal, Round};
@@ -175,6 +175,8 @@ struct Tick {
 struct Group {
     round: Round,
     leases: Vec<(Arc<Lease>, Duration)>,
+    /// Lock keys of those leases (a multi-key guard counts each).
+    keys: usize,
 }
 
 /// Groups of one tick that may be undecided at once. Each is one call per
@@ -234,7 +236,7 @@ pub(crate) fn watch(lease: &Arc<Lease>) {
     };
     if !queue.running {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %lease.key, "no Tokio runtime: the watchdog cannot run; the guard expires at its deadline");
+            tracing::warn!(key = %lease.name, "no Tokio runtime: the watchdog cannot run; the guard expires at its deadline");
             return;
         };
         queue.running = true;
@@ -275,17 +277,21 @@ impl Watchdog {
             let Some(due) = queue.renewals.pop() else {
                 break;
             };
-            if groups.last().is_none_or(|g| g.leases.len() >= RENEW_CHUNK) {
+            if groups.last().is_none_or(|g| g.keys >= RENEW_CHUNK) {
                 groups.push(Group {
                     round: Round::new(),
                     leases: Vec::new(),
+                    keys: 0,
                 });
             }
             let Some(group) = groups.last_mut() else {
                 break;
             };
             match claim_for_renewal(&due.lease, now, horizon, &group.round) {
-                Claim::Renew(ttl) => group.leases.push((due.lease, ttl)),
+                Claim::Renew(ttl) => {
+                    group.keys += due.lease.hold.keys.len();
+                    group.leases.push((due.lease, ttl));
+                }
                 Claim::Later(at) => later.push(Due { at, ..due }),
                 Claim::Drop => {}
             }
@@ -391,7 +397,9 @@ async fn renew_tick(lock: Arc<LockShared>, groups: Vec<Group>) {
 /// round keeps listening until the node timeout for late replies, which
 /// tell the guards which nodes they hold.
 async fn renew_group(lock: Arc<LockShared>, group: Group, permit: OwnedSemaphorePermit) {
-    let Group { round, mut leases } = group;
+    let Group {
+        round, mut leases, ..
+    } = group;
     // A lease released while this group waited for its turn is not renewed:
     // its release may already be on the wire (it waits for this round only
     // up to a bound), and a renewal sent after it would re-create the key.
@@ -413,8 +421,7 @@ async fn renew_group(lock: Arc<LockShared>, group: Group, permit: OwnedSemaphore
     let items: Arc<[RenewItem]> = leases
         .iter()
         .map(|(lease, ttl)| RenewItem {
-            key: Arc::clone(&lease.key),
-            token: Arc::clone(&lease.token),
+            hold: lease.hold.clone(),
             ttl_ms: ttl_millis(*ttl),
         })
         .collect();
@@ -548,17 +555,17 @@ fn conclude(
         state.max_hold_reached |= state.next_renewal.is_none();
         drop(state);
         bump(&lock.counters.renewed);
-        tracing::debug!(key = %lease.key, won = votes.tally.won(), healed = votes.healed, "renewed");
+        tracing::debug!(key = %lease.name, won = votes.tally.won(), healed = votes.healed, "renewed");
         return;
     }
     bump(&lock.counters.renew_failed);
-    let reports = reports(lock, &votes.votes, errors, at_end);
+    let reports = lock.vote_reports(&votes.votes, errors, at_end);
     state.holds = holds(&votes.votes);
     if votes.tally.contention_rules_out_quorum() {
         lease.end(state, LostReason::KeysGone(reports));
         return;
     }
-    tracing::debug!(key = %lease.key, won = votes.tally.won(), nodes = %reports, "renewal missed the quorum; retrying");
+    tracing::debug!(key = %lease.name, won = votes.tally.won(), nodes = %reports, "renewal missed the quorum; retrying");
     state.failures = state.failures.saturating_add(1);
     state.last_failure = Some(reports);
     let retry_at = now.after(config.retry.delay(state.failures, rand::random::<f64>()));
@@ -567,23 +574,6 @@ fn conclude(
         .is_none_or(|max| retry_at <= lease.acquired.after(max));
     state.max_hold_reached |= !within_hold;
     state.next_renewal = (retry_at < old_loss && within_hold).then_some(retry_at);
-}
-
-/// Each node's outcome for one lease of a renewal round.
-fn reports(
-    lock: &LockShared,
-    votes: &[Option<Vote>],
-    errors: &[Option<NodeError>],
-    at_end: bool,
-) -> NodeReports {
-    let replies = votes.iter().zip(errors).map(|(vote, error)| match vote {
-        Some(Vote::Won) => Some(Ok(NodeOutcome::Won)),
-        Some(Vote::Contended) => Some(Ok(NodeOutcome::NotHeld)),
-        // A failed vote always comes with its node's error.
-        Some(Vote::Failed) => error.clone().map(Err),
-        None => None,
-    });
-    lock.outcome_reports(replies, at_end)
 }
 
 #[cfg(test)]
@@ -614,14 +604,16 @@ mod tests {
 
     fn lease(lock: &Arc<LockShared>, start: Stamp) -> Arc<Lease> {
         let deadline = start.after(quorum::lease(lock.config.ttl, lock.config.drift_factor));
+        let keys = crate::keys::KeySet::new(&["k"]).expect("valid name");
         Arc::new(Lease::new(
             Arc::clone(lock),
-            Arc::from("k"),
-            Arc::from("t"),
+            crate::keys::HoldId::new(keys, Arc::from("t")),
             start,
             deadline,
             vec![Hold::Held; 3],
             true,
+            Arc::default(),
+            Box::new([]),
         ))
     }
 
@@ -752,7 +744,7 @@ mod tests {
         let start = Stamp::now().before(Duration::from_millis(8_500));
         let lease = lease(&lock, start);
         assert!(lease.is_held(), "before the deadline itself");
-        let reports = NodeReports(Vec::new());
+        let reports = crate::error::NodeReports(Vec::new());
         lease.state().last_failure = Some(reports.clone());
         lease.expire_if_due();
         let state = lease.state();

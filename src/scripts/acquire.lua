@@ -1,12 +1,32 @@
--- Take the lock on this node if it is free (or already ours).
--- KEYS[1] lock key, ARGV[1] owner token, ARGV[2] TTL in milliseconds.
--- Reply: status OK when we hold it now; otherwise the holder's PTTL
--- (-1 when the holder's key has no expiry).
--- GET fails with WRONGTYPE when the key holds a non-string value, so a key
--- that is not a lock is reported, never overwritten.
-local holder = redis.call('GET', KEYS[1])
-if holder == false or holder == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return redis.status_reply('OK')
+-- Take every lock key of one guard on this node, all or nothing.
+-- KEYS[1..m] lock keys (sorted), KEYS[m+1..2m] their fencing counters.
+-- ARGV[1] owner token, ARGV[2] this hold's entry id, ARGV[3] TTL in ms.
+--
+-- A lock key is a hash: field `owner` = the owner token, plus one field per
+-- hold (entry id) of that owner; the hold count is HLEN - 1. The owner may
+-- take it again (re-entry: one more entry); anyone else is refused.
+--
+-- Reply: {1, c1, ..., cm} when we hold every key now (ci = key i's fencing
+--        counter, -1 when the node has none);
+--        {0, pttl, i} when key i is held by another owner (pttl -1: the
+--        holder set no expiry). Nothing is written then.
+-- A key of another type fails with WRONGTYPE: never overwritten.
+local m = #KEYS / 2
+local ttl = tonumber(ARGV[3])
+for i = 1, m do
+  local owner = redis.call('HGET', KEYS[i], 'owner')
+  if (owner == false and redis.call('EXISTS', KEYS[i]) == 1)
+      or (owner ~= false and owner ~= ARGV[1]) then
+    return {0, redis.call('PTTL', KEYS[i]), i}
+  end
 end
-return redis.call('PTTL', KEYS[1])
+local out = {1}
+for i = 1, m do
+  redis.call('HSET', KEYS[i], 'owner', ARGV[1], ARGV[2], 1)
+  -- Never shorten: another hold of the same owner may have a longer TTL.
+  if redis.call('PTTL', KEYS[i]) < ttl then
+    redis.call('PEXPIRE', KEYS[i], ttl)
+  end
+  out[i + 1] = tonumber(redis.call('GET', KEYS[m + i]) or -1)
+end
+return out

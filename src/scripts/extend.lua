@@ -1,8 +1,19 @@
--- Reset the lock key's TTL only if it carries our token (never a plain PEXPIRE).
--- KEYS[1] lock key, ARGV[1] owner token, ARGV[2] TTL in milliseconds.
--- Reply: 1 extended, 0 not ours (absent or held by another owner).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+-- Give every lock key of a guard at least a new TTL, only if all carry our
+-- owner token (never a plain PEXPIRE).
+-- KEYS[1..m] lock keys. ARGV[1] owner token, ARGV[2] entry id, ARGV[3] TTL ms.
+-- Reply: 1 every key is ours and lives at least the TTL now (a longer TTL
+-- set by another hold of the same owner is kept); 0 some key is not ours
+-- (nothing written).
+local ttl = tonumber(ARGV[3])
+for _, key in ipairs(KEYS) do
+  if redis.call('HGET', key, 'owner') ~= ARGV[1] then
+    return 0
+  end
 end
-return 0
+for _, key in ipairs(KEYS) do
+  redis.call('HSET', key, ARGV[2], 1)
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+return 1

@@ -1,27 +1,48 @@
--- Renew many locks on this node in one call (the watchdog's batch).
--- KEYS[i] lock key; ARGV[2i-1] its owner token, ARGV[2i] its TTL in ms.
--- Reply: one integer per key:
---   1  our token was there: TTL reset
---   2  the key was absent (node restarted empty, failover): re-taken with
---      our token, "healed"
---   0  another owner holds it: left alone
---  -1  the key holds a non-string value: left alone
--- GET runs under pcall so that one wrong-typed key cannot fail the renewal
--- of every other lock in the batch.
+-- Renew many guards on this node in one call (the watchdog's batch).
+-- KEYS: every guard's lock keys, guard after guard.
+-- ARGV: per guard, four values: owner token, entry id, TTL in ms, and how
+--       many of KEYS are its keys.
+-- Reply: one integer per guard:
+--   1  every key carried our token: TTL raised to at least the TTL
+--   2  as 1, but some key was absent (node restarted empty, failover) and
+--      was re-taken with our token and entry: "healed"
+--   0  some key is held by another owner: nothing written for this guard
+--  -1  some key holds a value of another type: nothing written
+-- HGET runs under pcall so that one wrong-typed key cannot fail the renewal
+-- of every other guard in the batch.
 local out = {}
-for i, key in ipairs(KEYS) do
-  local token = ARGV[2 * i - 1]
-  local holder = redis.pcall('GET', key)
-  if type(holder) == 'table' and holder.err then
-    out[i] = -1
-  elseif holder == token then
-    redis.call('PEXPIRE', key, ARGV[2 * i])
-    out[i] = 1
-  elseif holder == false then
-    redis.call('SET', key, token, 'PX', ARGV[2 * i])
-    out[i] = 2
-  else
-    out[i] = 0
+local k = 1
+local a = 1
+while a <= #ARGV do
+  local token, entry = ARGV[a], ARGV[a + 1]
+  local ttl, n = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local code = 1
+  for i = k, k + n - 1 do
+    local owner = redis.pcall('HGET', KEYS[i], 'owner')
+    if type(owner) == 'table' and owner.err then
+      code = -1
+      break
+    elseif owner == false then
+      if redis.call('EXISTS', KEYS[i]) == 1 then
+        code = 0
+        break
+      end
+      code = 2
+    elseif owner ~= token then
+      code = 0
+      break
+    end
   end
+  if code > 0 then
+    for i = k, k + n - 1 do
+      redis.call('HSET', KEYS[i], 'owner', token, entry, 1)
+      if redis.call('PTTL', KEYS[i]) < ttl then
+        redis.call('PEXPIRE', KEYS[i], ttl)
+      end
+    end
+  end
+  out[#out + 1] = code
+  k = k + n
+  a = a + 4
 end
 return out

@@ -30,10 +30,31 @@ pub fn lock(testbed: &Testbed) -> MultiLock {
     lock_with(testbed, |b| b)
 }
 
-/// The value of `key` on one node (`None`: absent).
+/// The owner token stored under lock `key` on one node (`None`: absent).
 pub fn value_on(node: &RedisNode, key: &str) -> Option<String> {
     let mut conn = node.connection().expect("inspect node");
-    redis::cmd("GET").arg(key).query(&mut conn).expect("GET")
+    redis::cmd("HGET")
+        .arg(key)
+        .arg("owner")
+        .query(&mut conn)
+        .expect("HGET owner")
+}
+
+/// How many holds lock `key` has on one node (the re-entry count; 0 when
+/// the key is absent).
+pub fn holds_on(node: &RedisNode, key: &str) -> usize {
+    let mut conn = node.connection().expect("inspect node");
+    let fields: usize = redis::cmd("HLEN").arg(key).query(&mut conn).expect("HLEN");
+    fields.saturating_sub(1)
+}
+
+/// The fencing counter of lock `key` on one node (`None`: absent).
+pub fn fence_on(node: &RedisNode, key: &str) -> Option<u64> {
+    let mut conn = node.connection().expect("inspect node");
+    redis::cmd("GET")
+        .arg(format!("quorumlock:fence:{key}"))
+        .query(&mut conn)
+        .expect("GET fence")
 }
 
 /// The value of `key` on every node, in order.
@@ -110,19 +131,25 @@ fn slowlog(node: &RedisNode, count: usize) -> Vec<(u64, Vec<String>)> {
         .collect()
 }
 
-/// The watchdog's renew script, as the library sends it.
+/// The library's scripts, as it sends them.
 const RENEW_SCRIPT: &str = include_str!("../../src/scripts/renew.lua");
+const ACQUIRE_SCRIPT: &str = include_str!("../../src/scripts/acquire.lua");
+const RELEASE_SCRIPT: &str = include_str!("../../src/scripts/release.lua");
 
-/// Whether slowlog args are a call of the renew script (by SHA, or by the
-/// body's first 128 bytes, which is what the slowlog keeps of an `EVAL`).
-fn is_renew(args: &[String]) -> bool {
+/// Whether slowlog args are a call of `body` (by SHA, or by the body's
+/// first 128 bytes, which is what the slowlog keeps of an `EVAL`).
+fn is_script(args: &[String], body: &str) -> bool {
     let verb = args.first().map(|v| v.to_ascii_uppercase());
     let script = args.get(1).map(String::as_str).unwrap_or("");
     match verb.as_deref() {
-        Some("EVALSHA") => script == sha1_smol::Sha1::from(RENEW_SCRIPT).digest().to_string(),
-        Some("EVAL") => RENEW_SCRIPT.starts_with(script.trim_end_matches("... (more bytes)")),
+        Some("EVALSHA") => script == sha1_smol::Sha1::from(body).digest().to_string(),
+        Some("EVAL") => body.starts_with(script.trim_end_matches("... (more bytes)")),
         _ => false,
     }
+}
+
+fn is_renew(args: &[String]) -> bool {
+    is_script(args, RENEW_SCRIPT)
 }
 
 /// Slowlog ids of the watchdog's renew calls on a recording node that
@@ -150,17 +177,15 @@ pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
     let mut calls: Vec<(u64, ScriptCall)> = slowlog(node, 100_000)
         .into_iter()
         .filter_map(|(id, args)| {
-            let verb = args.first()?.to_ascii_uppercase();
-            if !(verb == "EVALSHA" || verb == "EVAL")
-                || args.get(3).map(String::as_str) != Some(key)
-                || is_renew(&args)
-            {
+            if args.get(3).map(String::as_str) != Some(key) {
                 return None;
             }
-            match args.len() {
-                5 => Some((id, ScriptCall::Release)),
-                6 => Some((id, ScriptCall::Acquire)),
-                _ => None,
+            if is_script(&args, RELEASE_SCRIPT) {
+                Some((id, ScriptCall::Release))
+            } else if is_script(&args, ACQUIRE_SCRIPT) {
+                Some((id, ScriptCall::Acquire))
+            } else {
+                None
             }
         })
         .collect();

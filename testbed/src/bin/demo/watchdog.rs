@@ -177,7 +177,11 @@ async fn read_key(url: &str, key: &str) -> Result<Option<String>, String> {
     let read = async {
         let client = redis::Client::open(url)?;
         let mut con = client.get_multiplexed_async_connection().await?;
-        let value: Option<String> = redis::cmd("GET").arg(key).query_async(&mut con).await?;
+        let value: Option<String> = redis::cmd("HGET")
+            .arg(key)
+            .arg("owner")
+            .query_async(&mut con)
+            .await?;
         Ok::<_, redis::RedisError>(value)
     };
     match tokio::time::timeout(Duration::from_millis(500), read).await {
@@ -435,7 +439,7 @@ async fn long_job_control(
     event(
         stats,
         &format!(
-            "node {RESTARTED} is back, empty: GET there gives {}",
+            "node {RESTARTED} is back, empty: the owner there is {}",
             key_text(&found, held.token())
         ),
     );
@@ -458,7 +462,7 @@ async fn long_job_control(
             event(
                 stats,
                 &format!(
-                    "healed {:.2}s after node {RESTARTED} came back: a renewal re-took the key there, GET gives",
+                    "healed {:.2}s after node {RESTARTED} came back: a renewal re-took the key there, its owner is",
                     after.as_secs_f64()
                 ),
             );

@@ -1,0 +1,123 @@
+//! [`FencedResource`]: a small protected resource that accepts a write only
+//! with a fencing token at least as large as the last one it accepted.
+//!
+//! It is a Redis key on a server of its own (not one of the lock nodes),
+//! updated by one Lua script, so the check and the write are one step. Use
+//! it in examples and tests, or as the model for your own resource: a
+//! database row with a `last_token` column and `UPDATE … WHERE last_token
+//! <= $token` does the same.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = quorumlock_testbed::Testbed::start(1)?;
+//! use quorumlock::fenced::{FencedResource, Write};
+//!
+//! let resource = FencedResource::open(&server.urls()[0], "report").await?;
+//! assert_eq!(resource.write(7, "v1").await?, Write::Accepted);
+//! assert_eq!(resource.write(7, "v1 again").await?, Write::Accepted, "same holder");
+//! assert_eq!(resource.write(5, "stale").await?, Write::Rejected { last: 7 });
+//! assert_eq!(resource.read().await?, Some((7, "v1 again".to_string())));
+//! # Ok(())
+//! # }
+//! ```
+
+use redis::aio::MultiplexedConnection;
+use redis::{RedisError, Value};
+
+/// Accept `ARGV[2]` as the value when `ARGV[1]` is at least the last
+/// accepted token. Reply: {1, token} accepted, {0, last} rejected. Sent
+/// with `EVAL` (the server caches it).
+const WRITE: &str = r"
+local last = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+local token = tonumber(ARGV[1])
+if token < last then
+  return {0, last}
+end
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
+return {1, token}
+";
+
+/// The outcome of [`FencedResource::write`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Write {
+    /// The token was at least the last accepted one; the value is stored.
+    Accepted,
+    /// A larger token was accepted before: this writer is stale.
+    Rejected {
+        /// The largest token accepted so far.
+        last: u64,
+    },
+}
+
+/// A value on a Redis server that only fenced writes can change.
+#[derive(Clone)]
+pub struct FencedResource {
+    conn: MultiplexedConnection,
+    key: String,
+}
+
+impl std::fmt::Debug for FencedResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedResource")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FencedResource {
+    /// Connects to the server at `url` and uses the hash `key` there.
+    pub async fn open(url: &str, key: &str) -> Result<FencedResource, RedisError> {
+        let conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        Ok(FencedResource {
+            conn,
+            key: key.to_string(),
+        })
+    }
+
+    /// Stores `value` if `token` is at least the last accepted token.
+    pub async fn write(&self, token: u64, value: &str) -> Result<Write, RedisError> {
+        let mut conn = self.conn.clone();
+        let reply: Value = redis::cmd("EVAL")
+            .arg(WRITE)
+            .arg(1)
+            .arg(&self.key)
+            .arg(token)
+            .arg(value)
+            .query_async(&mut conn)
+            .await?;
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), _] => Ok(Write::Accepted),
+                [Value::Int(0), Value::Int(last)] => Ok(Write::Rejected {
+                    last: u64::try_from(*last).unwrap_or(0),
+                }),
+                _ => Err(unexpected(Value::Array(items))),
+            },
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The last accepted token and value, if any write was accepted.
+    pub async fn read(&self) -> Result<Option<(u64, String)>, RedisError> {
+        let mut conn = self.conn.clone();
+        let (token, value): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+            .arg(&self.key)
+            .arg("token")
+            .arg("value")
+            .query_async(&mut conn)
+            .await?;
+        Ok(token.zip(value))
+    }
+}
+
+fn unexpected(reply: Value) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply from the fenced write script",
+        format!("{reply:?}"),
+    ))
+}

@@ -1,0 +1,142 @@
+//! The lock names one guard holds, in the fixed order every script sees
+//! them, and the keys derived from each name (its fencing counter and its
+//! release channel).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Error;
+
+/// Prefix of every key and channel quorumlock derives from a lock name.
+/// Lock names that start with it are rejected, so a derived key can never
+/// collide with a lock key.
+pub(crate) const RESERVED_PREFIX: &str = "quorumlock:";
+
+/// The fencing counter of a lock name (a plain integer key, no TTL: it must
+/// outlive every holder).
+pub(crate) fn fence_key(name: &str) -> String {
+    format!("{RESERVED_PREFIX}fence:{name}")
+}
+
+/// The channel a node publishes on when the lock name becomes free there.
+/// The release script builds the same name (`scripts/release.lua`).
+pub(crate) fn release_channel(name: &str) -> String {
+    format!("{RESERVED_PREFIX}released:{name}")
+}
+
+/// One guard's lock names: sorted, without duplicates, never empty. Every
+/// node gets them in this order, in one script call.
+pub(crate) struct KeySet {
+    names: Box<[Arc<str>]>,
+    fences: Box<[String]>,
+}
+
+impl KeySet {
+    /// Checks and orders the names. Rejects an empty list and names in the
+    /// reserved `quorumlock:` namespace.
+    pub(crate) fn new<S: AsRef<str>>(names: &[S]) -> Result<Arc<KeySet>, Error> {
+        let mut names: Vec<Arc<str>> = names.iter().map(|n| Arc::from(n.as_ref())).collect();
+        if names.is_empty() {
+            return Err(Error::InvalidKey {
+                key: String::new(),
+                reason: "a lock needs at least one name",
+            });
+        }
+        if let Some(bad) = names.iter().find(|n| n.starts_with(RESERVED_PREFIX)) {
+            return Err(Error::InvalidKey {
+                key: bad.to_string(),
+                reason: "names starting with `quorumlock:` are reserved for fencing counters and release channels",
+            });
+        }
+        names.sort_unstable();
+        names.dedup();
+        let fences = names.iter().map(|n| fence_key(n)).collect();
+        Ok(Arc::new(KeySet {
+            names: names.into_boxed_slice(),
+            fences,
+        }))
+    }
+
+    /// The lock names, sorted.
+    pub(crate) fn names(&self) -> &[Arc<str>] {
+        &self.names
+    }
+
+    /// The first name: the lock's name when it has one.
+    pub(crate) fn first(&self) -> &Arc<str> {
+        &self.names[0]
+    }
+
+    /// The fencing counter key of each name, in the same order.
+    pub(crate) fn fences(&self) -> &[String] {
+        &self.fences
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+}
+
+impl fmt::Display for KeySet {
+    /// `a` for one name, `a+b+c` for several.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, name) in self.names.iter().enumerate() {
+            if i > 0 {
+                f.write_str("+")?;
+            }
+            f.write_str(name)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for KeySet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.names.iter()).finish()
+    }
+}
+
+/// What identifies one hold on the nodes: its lock names, its owner token
+/// (shared by every hold of one owner) and its entry id (its own).
+#[derive(Clone)]
+pub(crate) struct HoldId {
+    pub(crate) keys: Arc<KeySet>,
+    pub(crate) token: Arc<str>,
+    pub(crate) entry: Arc<str>,
+}
+
+impl HoldId {
+    /// A new hold of `token` on `keys`, with a fresh entry id (64 random
+    /// bits: unique among one owner's holds).
+    pub(crate) fn new(keys: Arc<KeySet>, token: Arc<str>) -> HoldId {
+        HoldId {
+            keys,
+            token,
+            entry: Arc::from(format!("{:016x}", rand::random::<u64>())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_sorted_and_deduplicated() {
+        let set = KeySet::new(&["b", "a", "c", "a"]).expect("valid");
+        let names: Vec<&str> = set.names().iter().map(|n| &**n).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(set.fences()[1], "quorumlock:fence:b");
+        assert_eq!(set.to_string(), "a+b+c");
+    }
+
+    #[test]
+    fn empty_and_reserved_names_are_rejected() {
+        let none: [&str; 0] = [];
+        assert!(matches!(KeySet::new(&none), Err(Error::InvalidKey { .. })));
+        match KeySet::new(&["ok", "quorumlock:fence:x"]) {
+            Err(Error::InvalidKey { key, .. }) => assert_eq!(key, "quorumlock:fence:x"),
+            other => panic!("expected InvalidKey, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! Wake-ups: waiters retry as soon as a holder releases, instead of polling.
+//!
+//! The release script publishes on `quorumlock:released:<name>` on every
+//! node where the name became free. A [`MultiLock`](crate::MultiLock) whose
+//! callers wait for a name subscribes to that channel through **one**
+//! subscriber connection per node, shared by every waiter of the lock
+//! service (started on the first wait, re-made after a failure), and
+//! unsubscribes when the last waiter of the name leaves.
+//!
+//! Between two attempts a waiter sleeps until the first of:
+//!
+//! * a release notice for one of its names from any node;
+//! * a release by another guard of the same `MultiLock` (announced as soon
+//!   as that release is queued on every node's connection: an attempt sent
+//!   after it on the same connections runs after it on every node);
+//! * the holder's remaining TTL ([`Error::Contended::free_in`](crate::Error::Contended));
+//! * the jittered backoff of the [`RetryPolicy`](crate::RetryPolicy).
+//!
+//! Notices are only hints. A lost message (a subscriber reconnecting, a key
+//! that expires instead of being released, a waiter that subscribed just
+//! after the release) never stalls a waiter past its backoff, and a notice
+//! never grants anything: the waiter still has to win the quorum.
+//!
+//! Within one `MultiLock`, waiters of one name take turns: only the first
+//! in line attempts and waits for notices, the others queue behind it
+//! (first come, first served) without sending anything. One release then
+//! starts one attempt from this process, not a herd of attempts that split
+//! the nodes between them and all fail.
+//!
+//! Turn wake-ups off with
+//! [`LockConfigBuilder::wake_ups(false)`](crate::LockConfigBuilder::wake_ups)
+//! for plain jittered polling (no subscriber connections).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::select_all;
+use redis::Client;
+use tokio::sync::{OwnedMutexGuard, mpsc, watch};
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::keys::{KeySet, RESERVED_PREFIX, release_channel};
+use crate::node::Node;
+use crate::stats::{Counters, bump};
+
+/// Names with waiters, and how to reach each node's subscriber.
+pub(crate) struct Wake {
+    enabled: bool,
+    names: Arc<Mutex<HashMap<Arc<str>, Waiters>>>,
+    subscribers: Vec<Subscriber>,
+    connect_timeout: Duration,
+}
+
+/// The waiters of one name in this lock service.
+struct Waiters {
+    count: usize,
+    /// Bumped on every notice for the name.
+    notices: watch::Sender<u64>,
+    /// Whose turn it is to attempt.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// One node's subscriber connection, run by a task started on first use.
+struct Subscriber {
+    client: Client,
+    name: Arc<str>,
+    changes: Mutex<Option<mpsc::UnboundedSender<Change>>>,
+}
+
+enum Change {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+impl Wake {
+    pub(crate) fn new(enabled: bool, nodes: &[Arc<Node>], connect_timeout: Duration) -> Wake {
+        Wake {
+            enabled,
+            names: Arc::default(),
+            subscribers: nodes
+                .iter()
+                .map(|n| Subscriber {
+                    client: n.client().clone(),
+                    name: Arc::clone(n.name()),
+                    changes: Mutex::new(None),
+                })
+                .collect(),
+            connect_timeout,
+        }
+    }
+
+    /// A waiter for `keys`: nothing is registered until it first waits.
+    pub(crate) fn waiter<'a>(&'a self, keys: &Arc<KeySet>, counters: &'a Counters) -> Waiter<'a> {
+        Waiter {
+            wake: self,
+            counters,
+            keys: Arc::clone(keys),
+            registration: None,
+            turn: None,
+        }
+    }
+
+    /// Announces that a release of `keys` is on its way to every node
+    /// (queued on each node's connection): local waiters retry now.
+    pub(crate) fn released(&self, keys: &KeySet) {
+        if !self.enabled {
+            return;
+        }
+        let names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        if names.is_empty() {
+            return;
+        }
+        for name in keys.names() {
+            if let Some(waiters) = names.get(name) {
+                waiters.notices.send_modify(|n| *n += 1);
+            }
+        }
+    }
+
+    fn register(&self, keys: &KeySet, counters: &Counters) -> Registration<'_> {
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut notices = Vec::with_capacity(keys.len());
+        let mut turn = None;
+        for name in keys.names() {
+            let waiters = names.entry(Arc::clone(name)).or_insert_with(|| Waiters {
+                count: 0,
+                notices: watch::channel(0).0,
+                turn: Arc::default(),
+            });
+            waiters.count += 1;
+            if waiters.count == 1 {
+                for subscriber in &self.subscribers {
+                    subscriber.change(
+                        Change::Subscribe(release_channel(name)),
+                        &self.names,
+                        self.connect_timeout,
+                        counters,
+                    );
+                }
+            }
+            notices.push(waiters.notices.subscribe());
+            turn.get_or_insert_with(|| Arc::clone(&waiters.turn));
+        }
+        Registration {
+            wake: self,
+            keys: Arc::new(keys.names().to_vec()),
+            notices,
+            turn: turn.unwrap_or_default(),
+        }
+    }
+
+    fn unregister(&self, keys: &[Arc<str>]) {
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        for name in keys {
+            let Some(waiters) = names.get_mut(name) else {
+                continue;
+            };
+            waiters.count -= 1;
+            if waiters.count == 0 {
+                names.remove(name);
+                for subscriber in &self.subscribers {
+                    subscriber.send(Change::Unsubscribe(release_channel(name)));
+                }
+            }
+        }
+    }
+}
+
+/// One acquire call's waiting between attempts.
+pub(crate) struct Waiter<'a> {
+    wake: &'a Wake,
+    counters: &'a Counters,
+    keys: Arc<KeySet>,
+    registration: Option<Registration<'a>>,
+    turn: Option<OwnedMutexGuard<()>>,
+}
+
+struct Registration<'a> {
+    wake: &'a Wake,
+    keys: Arc<Vec<Arc<str>>>,
+    notices: Vec<watch::Receiver<u64>>,
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.wake.unregister(&self.keys);
+    }
+}
+
+impl Waiter<'_> {
+    /// Marks every notice so far as seen: call before each attempt, so a
+    /// release announced while the attempt runs wakes the wait after it.
+    pub(crate) fn mark(&mut self) {
+        if let Some(registration) = &mut self.registration {
+            for notices in &mut registration.notices {
+                notices.borrow_and_update();
+            }
+        }
+    }
+
+    /// Sleeps after a failed attempt until a release notice, the holder's
+    /// remaining TTL or `backoff`, whichever comes first, and never past
+    /// `budget_end`. Without wake-ups: `backoff` only.
+    pub(crate) async fn wait(&mut self, error: &Error, backoff: Duration, budget_end: Instant) {
+        let wake = self.wake;
+        if !wake.enabled {
+            tokio::time::sleep_until((Instant::now() + backoff).min(budget_end)).await;
+            return;
+        }
+        let registration = match &mut self.registration {
+            Some(registration) => registration,
+            None => self
+                .registration
+                .insert(wake.register(&self.keys, self.counters)),
+        };
+        if self.turn.is_none() {
+            let turn = Arc::clone(&registration.turn);
+            match turn.try_lock_owned() {
+                Ok(guard) => self.turn = Some(guard),
+                Err(_) => {
+                    // Another waiter of this lock service attempts for the
+                    // name: queue behind it, sending nothing meanwhile.
+                    let Ok(guard) = tokio::time::timeout_at(
+                        budget_end,
+                        Arc::clone(&registration.turn).lock_owned(),
+                    )
+                    .await
+                    else {
+                        return;
+                    };
+                    self.turn = Some(guard);
+                }
+            }
+        }
+        let free_in = match error {
+            Error::Contended {
+                free_in: Some(free_in),
+                ..
+            } => *free_in,
+            _ => backoff,
+        };
+        let until = (Instant::now() + backoff.min(free_in)).min(budget_end);
+        let notices = registration
+            .notices
+            .iter_mut()
+            .map(|n| Box::pin(n.changed()));
+        tokio::select! {
+            _ = select_all(notices) => bump(&self.counters.woken),
+            () = tokio::time::sleep_until(until) => {}
+        }
+    }
+}
+
+impl Subscriber {
+    /// Sends a change to the node's subscriber task, starting it first if
+    /// it is not running.
+    fn change(
+        &self,
+        change: Change,
+        names: &Arc<Mutex<HashMap<Arc<str>, Waiters>>>,
+        connect_timeout: Duration,
+        counters: &Counters,
+    ) {
+        let mut changes = self.changes.lock().unwrap_or_else(PoisonError::into_inner);
+        if changes.as_ref().is_none_or(|tx| tx.is_closed()) {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let (tx, rx) = mpsc::unbounded_channel();
+            runtime.spawn(subscribe_loop(
+                self.client.clone(),
+                Arc::clone(&self.name),
+                connect_timeout,
+                rx,
+                Arc::downgrade(names),
+                counters.notices_handle(),
+            ));
+            *changes = Some(tx);
+        }
+        if let Some(tx) = changes.as_ref() {
+            let _ = tx.send(change);
+        }
+    }
+
+    fn send(&self, change: Change) {
+        let changes = self.changes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tx) = changes.as_ref() {
+            let _ = tx.send(change);
+        }
+    }
+}
+
+/// Bumps the notices of the name a release channel belongs to.
+fn deliver(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>, channel: &str) {
+    let Some(name) = channel
+        .strip_prefix(RESERVED_PREFIX)
+        .and_then(|c| c.strip_prefix("released:"))
+    else {
+        return;
+    };
+    let Some(names) = names.upgrade() else {
+        return;
+    };
+    let names = names.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(waiters) = names.get(name) {
+        waiters.notices.send_modify(|n| *n += 1);
+    }
+}
+
+/// Bumps every subscribed name: after a reconnect, a release may have been
+/// missed while the connection was down.
+fn deliver_all(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>) {
+    if let Some(names) = names.upgrade() {
+        let names = names.lock().unwrap_or_else(PoisonError::into_inner);
+        for waiters in names.values() {
+            waiters.notices.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// One node's subscriber: keeps one pub/sub connection subscribed to the
+/// channels waiters need, re-made with backoff after a failure. Ends when
+/// the lock service is gone.
+async fn subscribe_loop(
+    client: Client,
+    node: Arc<str>,
+    connect_timeout: Duration,
+    mut changes: mpsc::UnboundedReceiver<Change>,
+    names: Weak<Mutex<HashMap<Arc<str>, Waiters>>>,
+    notices: Arc<std::sync::atomic::AtomicU64>,
+) {
+    let mut wanted: HashSet<String> = HashSet::new();
+    let mut pause = Duration::from_millis(50);
+    let mut reconnecting = false;
+    'connection: loop {
+        while wanted.is_empty() {
+            match changes.recv().await {
+                Some(change) => apply(&mut wanted, change),
+                None => return,
+            }
+        }
+        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
+        let (mut sink, mut stream) = match connected {
+            Ok(Ok(pubsub)) => pubsub.split(),
+            outcome => {
+                tracing::debug!(%node, ok = outcome.is_ok(), "wake-up subscriber cannot connect; retrying");
+                let wait = tokio::time::sleep(pause);
+                tokio::pin!(wait);
+                pause = (pause * 2).min(Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        () = &mut wait => continue 'connection,
+                        change = changes.recv() => match change {
+                            Some(change) => apply(&mut wanted, change),
+                            None => return,
+                        },
+                    }
+                }
+            }
+        };
+        let all: Vec<&String> = wanted.iter().collect();
+        if !matches!(
+            tokio::time::timeout(connect_timeout, sink.subscribe(all)).await,
+            Ok(Ok(()))
+        ) {
+            continue;
+        }
+        pause = Duration::from_millis(50);
+        if reconnecting {
+            deliver_all(&names);
+        }
+        reconnecting = true;
+        loop {
+            tokio::select! {
+                message = stream.next() => match message {
+                    Some(message) => {
+                        notices.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        deliver(&names, message.get_channel_name());
+                    }
+                    None => continue 'connection,
+                },
+                change = changes.recv() => {
+                    let Some(change) = change else { return };
+                    let sent = match &change {
+                        Change::Subscribe(c) if !wanted.contains(c) => {
+                            tokio::time::timeout(connect_timeout, sink.subscribe(c)).await
+                        }
+                        Change::Unsubscribe(c) if wanted.contains(c) => {
+                            tokio::time::timeout(connect_timeout, sink.unsubscribe(c)).await
+                        }
+                        _ => Ok(Ok(())),
+                    };
+                    apply(&mut wanted, change);
+                    if !matches!(sent, Ok(Ok(()))) {
+                        continue 'connection;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn apply(wanted: &mut HashSet<String>, change: Change) {
+    match change {
+        Change::Subscribe(c) => {
+            wanted.insert(c);
+        }
+        Change::Unsubscribe(c) => {
+            wanted.remove(&c);
+        }
+    }
+}

@@ -25,6 +25,15 @@
 //!   holder works, re-takes keys that nodes lost, and signals the loss
 //!   ([`HeldLock::lost`], [`HeldLock::cancellation_token`], on the guard too) before the
 //!   deadline when it can no longer prove the lock is held.
+//! * [`HeldLock::fencing_token`] gives each holder a number larger than every
+//!   earlier holder's, across all nodes ([`fence`]), so the protected
+//!   resource can reject a holder that resumes after a pause
+//!   ([`fenced::FencedResource`] is one such resource).
+//! * [`HeldLock::reenter`] and [`Owner`] with [`MultiLock::acquire_as`] let
+//!   nested code (or another process) take a lock its holder already holds;
+//!   [`MultiLock::acquire_all`] takes several names at once, all or nothing.
+//! * Waiting acquires are woken by release notices ([`wake`]), one
+//!   subscriber connection per node, instead of polling.
 //! * [`Error`] separates contention ([`Error::Contended`], with how long the
 //!   holder still has) from missing nodes ([`Error::QuorumNotReached`], with
 //!   each node's [`NodeError`]) and from a win that came too late.
@@ -72,7 +81,7 @@
 //!
 //! What the algorithm cannot give: exclusivity against a holder that pauses
 //! (GC, swap, a stopped VM) past its validity. Protect the resource with
-//! fencing tokens for that. A node that restarts without persistence must
+//! [fencing tokens](fence) for that. A node that restarts without persistence must
 //! stay down for at least the TTL before rejoining.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -244,7 +244,7 @@ impl MultiLock {
     ///
     /// Use it where the holder's identity has to travel: to another process
     /// as [`Owner::token`], or into code that gets an [`Owner`] rather than
-    /// the hold. Within one task tree, [`HeldLock::reenter`] is simpler.
+    /// the hold. Within one task tree, [`HeldLock::reenter`](crate::HeldLock::reenter) is simpler.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -505,7 +505,7 @@ impl LockShared {
         let (_, unfinished) = fan_out(
             targets.len(),
             deadline,
-            |j| self.nodes[targets[j].0].release(hold.clone()),
+            |j| self.nodes[targets[j].0].release(hold.clone(), false),
             |j, reply| {
                 if let Err(error) = reply {
                     tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
@@ -542,7 +542,7 @@ impl LockShared {
         let (end, unfinished) = fan_out_announcing(
             n,
             Instant::now() + self.config.node_timeout,
-            |i| self.nodes[i].release(hold.clone()),
+            |i| self.nodes[i].release(hold.clone(), true),
             // Queued on every node: a waiter of this lock service may
             // attempt now, its requests run after the release.
             || self.wake.released(&hold.keys),

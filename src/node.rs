@@ -162,17 +162,21 @@ impl Node {
         }
     }
 
-    /// Runs the release script: gives back this hold on every key.
+    /// Runs the release script: gives back this hold on every key, and if
+    /// `announce`, publishes a release notice for each key that became free.
     pub(crate) fn release(
         self: &Arc<Self>,
         hold: HoldId,
+        announce: bool,
     ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .eval(&scripts::RELEASE, |cmd| {
                     with_keys(cmd, &hold.keys);
-                    cmd.arg(&*hold.token).arg(&*hold.entry);
+                    cmd.arg(&*hold.token)
+                        .arg(&*hold.entry)
+                        .arg(if announce { "1" } else { "0" });
                 })
                 .await?;
             match reply {

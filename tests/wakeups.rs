@@ -1,0 +1,303 @@
+//! Wake-ups: waiters retry on a release notice instead of polling, share one
+//! subscriber connection per node, fall back to their backoff when no notice
+//! comes, and leave no subscription behind.
+
+mod common;
+
+use std::time::Duration;
+
+use quorumlock::{MultiLock, RetryPolicy};
+use quorumlock_testbed::{RedisNode, Restart, Testbed};
+
+const CHANNEL_PREFIX: &str = "quorumlock:released:";
+
+/// Subscribers of `key`'s release channel on one node.
+fn subscribers_on(node: &RedisNode, key: &str) -> i64 {
+    let mut conn = node.connection().expect("inspect node");
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{CHANNEL_PREFIX}{key}"))
+        .query(&mut conn)
+        .expect("PUBSUB NUMSUB");
+    reply.1
+}
+
+/// Pub/sub client connections on one node.
+fn pubsub_clients_on(node: &RedisNode) -> usize {
+    let mut conn = node.connection().expect("inspect node");
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut conn)
+        .expect("CLIENT LIST");
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// A lock whose waiters, without a notice, would sleep far longer than any
+/// bound in these tests: a wait that ends early was ended by a notice.
+fn slow_polling_lock(testbed: &Testbed) -> MultiLock {
+    common::lock_with(testbed, |b| {
+        b.retry(
+            RetryPolicy::default()
+                .base_delay(Duration::from_secs(60))
+                .max_delay(Duration::from_secs(60)),
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_another_process_wakes_the_waiter_at_once() {
+    let testbed = Testbed::start(3).expect("testbed");
+    // The holder is another "process": its own lock service.
+    let holder_lock = common::lock(&testbed);
+    let waiter_lock = slow_polling_lock(&testbed);
+    let holder = holder_lock.try_acquire("job").await.expect("holder");
+
+    let waiter = {
+        let lock = waiter_lock.clone();
+        tokio::spawn(async move { lock.acquire("job", Duration::from_secs(120)).await })
+    };
+    // The waiter failed once and subscribed on every node.
+    common::wait_for(
+        "the waiter to subscribe on every node",
+        Duration::from_secs(5),
+        || {
+            testbed
+                .nodes()
+                .iter()
+                .all(|n| subscribers_on(n, "job") == 1)
+        },
+    )
+    .await;
+    holder.release().await;
+    // Its backoff is 60 s and the holder's TTL 30 s: only a notice ends
+    // the wait within this bound.
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release notice, long before its backoff")
+        .expect("waiter task")
+        .expect("acquired");
+    let stats = waiter_lock.stats();
+    assert!(stats.woken >= 1, "{stats:?}");
+    assert!(stats.wake_notices >= 1, "{stats:?}");
+    // One refused attempt, then attempts on notices (the first notice may
+    // come from a node that freed the key before the others did).
+    assert!(stats.attempts >= 2, "{stats:?}");
+    guard.release().await;
+    // The last waiter left: its subscriptions are gone on every node.
+    common::wait_for(
+        "the subscriptions to be dropped",
+        Duration::from_secs(5),
+        || {
+            testbed
+                .nodes()
+                .iter()
+                .all(|n| subscribers_on(n, "job") == 0)
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_share_one_subscriber_connection_per_node() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let holder_lock = common::lock(&testbed);
+    let lock = slow_polling_lock(&testbed);
+    let names = ["a", "b", "c"];
+    let mut holders = Vec::new();
+    for name in names {
+        holders.push(holder_lock.try_acquire(name).await.expect("holder"));
+    }
+    // Twelve waiters on three names, all in one lock service.
+    let mut waiters = Vec::new();
+    for i in 0..12 {
+        let lock = lock.clone();
+        let name = names[i % names.len()];
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.acquire(name, Duration::from_secs(120)).await?;
+            // The release is announced to the next waiter of this service.
+            guard.release().await;
+            Ok::<_, quorumlock::Error>(())
+        }));
+    }
+    common::wait_for(
+        "every name subscribed on every node",
+        Duration::from_secs(5),
+        || {
+            testbed
+                .nodes()
+                .iter()
+                .all(|n| names.iter().all(|k| subscribers_on(n, k) == 1))
+        },
+    )
+    .await;
+    for node in testbed.nodes() {
+        assert_eq!(
+            pubsub_clients_on(node),
+            1,
+            "one subscriber connection on {}",
+            node.url()
+        );
+    }
+    // Each release lets its waiters through one after another: each
+    // waiter's release is announced to the next one in this lock service.
+    for holder in holders {
+        holder.release().await;
+    }
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("every waiter gets its turn without polling")
+            .expect("waiter task")
+            .expect("acquired");
+    }
+    let stats = lock.stats();
+    assert_eq!(stats.acquired, 12, "{stats:?}");
+    common::wait_for(
+        "the subscriptions to be dropped",
+        Duration::from_secs(5),
+        || {
+            testbed
+                .nodes()
+                .iter()
+                .all(|n| names.iter().all(|k| subscribers_on(n, k) == 0))
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_notice_the_waiter_retries_when_the_holder_expires() {
+    let testbed = Testbed::start(3).expect("testbed");
+    // The holder never releases: its key expires, and no notice is sent.
+    // A node timeout generous enough that a busy machine answers within
+    // it: a missed quorum (rather than contention) has no holder TTL to go
+    // by and would wait out the long backoff.
+    let ttl = Duration::from_secs(2);
+    let holder_lock = common::lock_with(&testbed, |b| {
+        b.ttl(ttl).node_timeout(Duration::from_millis(200))
+    });
+    let holder = holder_lock.try_acquire("expiring").await.expect("holder");
+    std::mem::forget(holder);
+    // A long backoff: the waiter must use the holder's remaining TTL.
+    let lock = common::lock_with(&testbed, |b| {
+        b.ttl(ttl).node_timeout(Duration::from_millis(200)).retry(
+            RetryPolicy::default()
+                .base_delay(Duration::from_secs(60))
+                .max_delay(Duration::from_secs(60)),
+        )
+    });
+    let guard = tokio::time::timeout(
+        Duration::from_secs(20),
+        lock.acquire("expiring", Duration::from_secs(120)),
+    )
+    .await
+    .expect("retried at the holder's expiry, not after its 60 s backoff")
+    .expect("acquired");
+    let stats = lock.stats();
+    assert_eq!(stats.woken, 0, "no notice for an expiry: {stats:?}");
+    assert!(stats.contended >= 1, "{stats:?}");
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_or_is_dropped_unsubscribes() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let holder = common::lock(&testbed)
+        .try_acquire("busy")
+        .await
+        .expect("holder");
+    let lock = common::lock(&testbed);
+    // Gives up when its budget is spent.
+    let refused = lock.acquire("busy", Duration::from_millis(300)).await;
+    assert!(refused.is_err());
+    common::wait_for(
+        "the subscription of a waiter that gave up to go",
+        Duration::from_secs(5),
+        || {
+            testbed
+                .nodes()
+                .iter()
+                .all(|n| subscribers_on(n, "busy") == 0)
+        },
+    )
+    .await;
+    // Dropped while waiting (e.g. a select! that took another branch).
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire("busy", Duration::from_secs(120)).await })
+    };
+    common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
+        testbed
+            .nodes()
+            .iter()
+            .all(|n| subscribers_on(n, "busy") == 1)
+    })
+    .await;
+    waiting.abort();
+    common::wait_for(
+        "the dropped waiter's subscription to go",
+        Duration::from_secs(5),
+        || {
+            testbed
+                .nodes()
+                .iter()
+                .all(|n| subscribers_on(n, "busy") == 0)
+        },
+    )
+    .await;
+    holder.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscriber_comes_back_after_its_node_restarts() {
+    let mut testbed = Testbed::start(3).expect("testbed");
+    // Connected first, so that its acquire is sent to every node.
+    let holder_lock = common::connected(common::lock(&testbed)).await;
+    let lock = slow_polling_lock(&testbed);
+    let holder = holder_lock.try_acquire("restarting").await.expect("holder");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire("restarting", Duration::from_secs(120)).await })
+    };
+    common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
+        testbed
+            .nodes()
+            .iter()
+            .all(|n| subscribers_on(n, "restarting") == 1)
+    })
+    .await;
+    // The holder must keep a quorum without node 0, which comes back empty
+    // (an immediate restart without persistence; DESIGN.md rule 8 would
+    // keep it out for a TTL): wait until all three carry its key.
+    common::wait_for(
+        "the holder's key on every node",
+        Duration::from_secs(5),
+        || {
+            common::values(&testbed, "restarting")
+                .iter()
+                .all(|v| v.as_deref() == Some(holder.token()))
+        },
+    )
+    .await;
+    // Node 0 restarts (keeping its port): its subscriber connection dies
+    // and is re-made, subscribed again.
+    testbed
+        .node_mut(0)
+        .restart(Restart::immediate())
+        .expect("restart");
+    common::wait_for(
+        "the subscriber to re-subscribe on the restarted node",
+        Duration::from_secs(10),
+        || subscribers_on(testbed.node(0), "restarting") == 1,
+    )
+    .await;
+    holder.release().await;
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken after the restart")
+        .expect("waiter task")
+        .expect("acquired");
+    guard.release().await;
+}

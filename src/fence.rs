@@ -131,9 +131,12 @@ impl HeldLock {
     /// one, return the same token. For a lock on several names, the token is
     /// larger than every earlier token of each of its names.
     ///
-    /// Fails with [`Error::Lost`] when the lock is no longer held, and with
-    /// [`Error::FencingUnavailable`] when too few nodes confirmed in time
-    /// (the lock may still be held; calling again retries).
+    /// The first call fails with [`Error::Lost`] when the lock is no longer
+    /// held, and with [`Error::FencingUnavailable`] when too few nodes
+    /// confirmed in time (the lock may still be held; calling again
+    /// retries). Once established, the token is returned even after the
+    /// lock is lost: it names this holder, it does not say the lock is
+    /// still held (that is what the resource's check is for).
     ///
     /// Cancel safety: dropping the future leaves the token unset; counters
     /// may have been raised, which only makes later tokens larger.

@@ -144,7 +144,12 @@ impl Lease {
         let ttl = lock.config.ttl;
         let mut lease = Lease {
             lock,
-            name: Arc::from(hold.keys.to_string()),
+            // One name: share it rather than allocate its display.
+            name: if hold.keys.len() == 1 {
+                Arc::clone(hold.keys.first())
+            } else {
+                Arc::from(hold.keys.to_string())
+            },
             hold,
             acquired: start,
             fence,

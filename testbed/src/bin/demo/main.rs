@@ -23,11 +23,25 @@
 //!    job; `lost()` resolves before the validity deadline, naming each
 //!    node, and the work is cancelled with `Error::Lost`.
 //!
+//! Then fencing, re-entry and several names at once (fencing.rs):
+//! 7. a paused holder is fenced off: A (no watchdog, TTL 1 s) writes to a
+//!    `FencedResource` with its fencing token, pauses past its validity,
+//!    and B takes the lock with a larger token and writes; A's late write
+//!    is rejected. Then a node dies and comes back without its fencing
+//!    counters, and the tokens of the holders after it still increase;
+//! 8. re-entry to depth 3 counted on the nodes, then transfers that lock
+//!    two accounts at once with `acquire_all` while other workers lock
+//!    overlapping pairs: the balances stay consistent and no node ever
+//!    holds one name of a pair without the other.
+//!
 //! Exits with 1 if the counter does not match the acquisitions, if a phase
 //! that should have a quorum had no acquisition, if an acquisition
 //! succeeded while only 2 of 5 nodes were up, if the contender won while the
 //! long job held the lock (or not right after it), if no node was healed,
-//! or if the loss did not come before the deadline with the work cancelled.
+//! if the loss did not come before the deadline with the work cancelled,
+//! if the paused holder's stale write was accepted or a fencing token did
+//! not increase, or if re-entry counts, transfer balances or partial holds
+//! came out wrong.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -41,7 +55,9 @@ use quorumlock::{
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
 use quorumlock_testbed::{Testbed, TestbedError};
 
+mod fencing;
 mod watchdog;
+use fencing::{fencing_demo, fencing_summary};
 use watchdog::{watchdog_demo, watchdog_summary};
 
 /// Lock nodes.
@@ -626,7 +642,11 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let watchdog = watchdog_demo(&mut lock_nodes, &stats).await?;
     let watchdog_ok = watchdog_summary(&watchdog);
 
-    let ok = phases_ok && watchdog_ok;
+    // Parts 7 and 8: fencing tokens, re-entry and several names at once.
+    let fencing = fencing_demo(&mut lock_nodes, &stats, &resource_url).await;
+    let fencing_ok = fencing_summary(&fencing);
+
+    let ok = phases_ok && watchdog_ok && fencing_ok;
     println!();
     println!("verdict: {}", if ok { "OK" } else { "FAILED" });
     Ok(ok)

@@ -133,11 +133,10 @@ pub(crate) struct WatchdogOutcome {
     stats: quorumlock::LockStats,
 }
 
-fn millis(d: Duration) -> String {
+pub(crate) fn millis(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
-/// "5 of 5", or "4 of 5 (node 3 not held)", from a lock's per-node holds.
 /// Prints where a job's lock was taken and the validity it got.
 fn announce_taken(stats: &Stats, held: &HeldLock) {
     event(
@@ -150,7 +149,8 @@ fn announce_taken(stats: &Stats, held: &HeldLock) {
     );
 }
 
-fn holds_text(nodes: &[(String, Hold)]) -> String {
+/// "5 of 5", or "4 of 5 (node 3 not held)", from a lock's per-node holds.
+pub(crate) fn holds_text(nodes: &[(String, Hold)]) -> String {
     let held = nodes.iter().filter(|(_, h)| *h == Hold::Held).count();
     let others: Vec<String> = nodes
         .iter()
@@ -203,7 +203,10 @@ fn key_text(found: &Result<Option<String>, String>, token: &str) -> String {
 /// Makes sure every lock node runs. A node found down is started only once
 /// the TTL has passed (delayed restart rule); when it died is unknown, so
 /// the TTL counts from now.
-async fn ensure_all_up(testbed: &mut Testbed, stats: &Stats) -> Result<(), TestbedError> {
+pub(crate) async fn ensure_all_up(
+    testbed: &mut Testbed,
+    stats: &Stats,
+) -> Result<(), TestbedError> {
     let down: Vec<usize> = (0..testbed.len())
         .filter(|&i| !testbed.node(i).is_running())
         .collect();

@@ -10,18 +10,22 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::clock::Stamp;
 use crate::config::LockConfig;
 use crate::error::{Error, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
+use crate::fanout::QuorumRound;
 use crate::fanout::{End, fan_out, fan_out_announcing, quorum_round};
 use crate::guard::{LockGuard, ReleaseReport, holds};
 use crate::keys::{HoldId, KeySet};
 use crate::lease::Lease;
 use crate::node::{AcquireReply, Node, ReleaseReply};
 use crate::owner::Owner;
+use crate::quorum::Tally;
 use crate::quorum::{self, Decision, Vote};
 use crate::stats::{Counters, LockStats, bump};
-use crate::wake::Wake;
+use crate::wake::{Handoff, HandoffEvent, Wake, Woken};
 use crate::watchdog::Watchdog;
+use tokio::sync::mpsc;
 
 /// A distributed lock service over N independent Redis masters ("nodes").
 ///
@@ -94,7 +98,12 @@ impl MultiLock {
             .iter()
             .map(|n| Arc::new(Node::new(n.client.clone(), config.connect_timeout)))
             .collect();
-        let wake = Wake::new(config.wake_ups, &nodes, config.connect_timeout);
+        let wake = Wake::new(
+            config.wake_ups,
+            config.required_nodes(),
+            &nodes,
+            config.connect_timeout,
+        );
         let lock = MultiLock {
             shared: Arc::new(LockShared {
                 config,
@@ -308,12 +317,21 @@ impl MultiLock {
             .wake
             .waiter(&request.keys, &self.shared.counters);
         let mut attempts = 0u32;
+        let mut handed = None;
         loop {
             attempts += 1;
             // Marked before the attempt: a release announced while it runs
             // still wakes the wait after it.
             waiting.mark();
-            let error = match self.attempt(&request, watched).await {
+            let outcome = match handed.take() {
+                Some((hold, first, rest)) => {
+                    self.shared
+                        .handed_over(&request, hold, first, rest, watched)
+                        .await
+                }
+                None => self.attempt(&request, watched).await,
+            };
+            let error = match outcome {
                 Ok(guard) => return Ok(guard),
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
@@ -329,7 +347,12 @@ impl MultiLock {
                 });
             }
             let backoff = retry.delay(attempts, rand::random::<f64>());
-            waiting.wait(&error, backoff, budget_end).await;
+            // One name: a release by this lock service may take it for us.
+            let next = (request.keys.len() == 1).then(|| request.hold());
+            match waiting.wait(&error, backoff, budget_end, next).await {
+                Woken::Retry => {}
+                Woken::HandedOver { hold, first, rest } => handed = Some((hold, first, rest)),
+            }
         }
     }
 
@@ -370,7 +393,7 @@ impl Request {
     /// The hold one attempt tries to take: the owner's token (a fresh one
     /// for an anonymous request) and a fresh entry id, so that a late
     /// rollback of one attempt can never remove another attempt's hold.
-    fn hold(&self) -> HoldId {
+    pub(crate) fn hold(&self) -> HoldId {
         let token = match &self.owner {
             Some(token) => Arc::clone(token),
             None => Arc::clone(Owner::new().shared_token()),
@@ -388,7 +411,6 @@ impl LockShared {
     ) -> Result<LockGuard, Error> {
         let config = &self.config;
         let hold = request.hold();
-        let key = &hold.keys;
         let ttl_ms = ttl_millis(config.ttl);
         bump(&self.counters.attempts);
         let mut round = quorum_round(
@@ -396,12 +418,99 @@ impl LockShared {
             config.required_nodes(),
             config.node_timeout,
             |i| self.nodes[i].acquire(hold.clone(), ttl_ms),
-            |reply| match reply {
-                AcquireReply::Won { .. } => Vote::Won,
-                AcquireReply::Held { .. } => Vote::Contended,
-            },
+            acquire_vote,
         )
         .await;
+        self.conclude(request, hold, &mut round, watched, false)
+            .await
+    }
+
+    /// The waiter's side of a handoff: tallies the answers a releasing
+    /// guard forwards (its round started at the `Started` stamp, taken
+    /// before the first request left) and concludes like an attempt.
+    async fn handed_over(
+        self: &Arc<Self>,
+        request: &Request,
+        hold: HoldId,
+        first: Option<HandoffEvent>,
+        mut rest: mpsc::UnboundedReceiver<HandoffEvent>,
+        watched: bool,
+    ) -> Result<LockGuard, Error> {
+        let config = &self.config;
+        let n = self.nodes.len();
+        bump(&self.counters.attempts);
+        let mut tally = Tally::new(n, config.required_nodes());
+        let mut votes = vec![None; n];
+        let mut replies: Vec<Option<Result<AcquireReply, NodeError>>> =
+            (0..n).map(|_| None).collect();
+        let mut start = None;
+        let mut next = first;
+        // The releaser ends its round within the node timeout and says so;
+        // the bound only guards against a stalled runtime.
+        let give_up = Instant::now() + config.node_timeout * 2 + config.connect_timeout;
+        let end = loop {
+            let event = match next.take() {
+                Some(event) => Some(event),
+                None => tokio::time::timeout_at(give_up, rest.recv())
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            match event {
+                Some(HandoffEvent::Started(stamp)) => start = Some(stamp),
+                Some(HandoffEvent::Reply(i, reply)) => {
+                    let vote = reply.as_ref().map_or(Vote::Failed, acquire_vote);
+                    tally.record(vote);
+                    votes[i] = Some(vote);
+                    replies[i] = Some(reply);
+                    if tally.decision() != Decision::Pending {
+                        break End::Decided;
+                    }
+                }
+                Some(HandoffEvent::Ended(end)) => break end,
+                None => break End::DeadlinePassed,
+            }
+        };
+        // Keep listening, so that the releaser never mistakes a decided
+        // waiter for one that went away (and rolls its hold back).
+        tokio::spawn(async move { while rest.recv().await.is_some() {} });
+        let Some(start) = start else {
+            // Cannot happen (the releaser sends the stamp first); without it
+            // no validity can be computed: roll back, never guess.
+            self.rollback(&hold, &replies, true).await;
+            return Err(Error::QuorumNotReached {
+                key: hold.keys.to_string(),
+                required: tally.required(),
+                won: 0,
+                nodes: self.reports(&mut replies, End::DeadlinePassed),
+            });
+        };
+        let mut round = QuorumRound {
+            tally,
+            votes,
+            replies,
+            end,
+            start,
+            elapsed: start.elapsed(),
+        };
+        bump(&self.counters.handed_over);
+        self.conclude(request, hold, &mut round, watched, true)
+            .await
+    }
+
+    /// Turns a decided acquire round into a guard, or rolls it back and
+    /// says why not. `handoff`: the round came from a release's handoff;
+    /// the name may be free after a rollback, so the rollback announces it.
+    async fn conclude(
+        self: &Arc<Self>,
+        request: &Request,
+        hold: HoldId,
+        round: &mut QuorumRound<AcquireReply>,
+        watched: bool,
+        handoff: bool,
+    ) -> Result<LockGuard, Error> {
+        let config = &self.config;
+        let key = &hold.keys;
         let (validity, deadline) = round.validity(config.ttl, config.drift_factor);
         let tally = round.tally;
 
@@ -435,7 +544,7 @@ impl LockShared {
         }
 
         // Lost (or won too late): undo whatever the attempt may have written.
-        self.rollback(&hold, &round.replies).await;
+        self.rollback(&hold, &round.replies, handoff).await;
 
         if tally.decision() == Decision::Won {
             bump(&self.counters.validity_used_up);
@@ -487,7 +596,12 @@ impl LockShared {
     /// release (one round trip) so the next attempt finds them clean. Nodes
     /// that did not answer may still run our acquire later; their release is
     /// queued behind it and a background task sees it through.
-    async fn rollback(&self, hold: &HoldId, replies: &[Option<Result<AcquireReply, NodeError>>]) {
+    async fn rollback(
+        &self,
+        hold: &HoldId,
+        replies: &[Option<Result<AcquireReply, NodeError>>],
+        announce: bool,
+    ) {
         // (node, whether it answered the acquire) for every node that may
         // hold our key: all but those that answered "held by another".
         let targets: Vec<(usize, bool)> = replies
@@ -505,7 +619,7 @@ impl LockShared {
         let (_, unfinished) = fan_out(
             targets.len(),
             deadline,
-            |j| self.nodes[targets[j].0].release(hold.clone(), false),
+            |j| self.nodes[targets[j].0].release(hold.clone(), announce),
             |j, reply| {
                 if let Err(error) = reply {
                     tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
@@ -529,6 +643,17 @@ impl LockShared {
     /// Sends the release script to every node and waits for each answer up
     /// to the node timeout.
     pub(crate) async fn release_everywhere(&self, hold: &HoldId) -> ReleaseReport {
+        if let Some(next) = self.wake.take_handoff(&hold.keys) {
+            // Stamped before anything is sent: the waiter's validity counts
+            // from here.
+            if next
+                .events
+                .send(HandoffEvent::Started(Stamp::now()))
+                .is_ok()
+            {
+                return self.release_handing_over(hold, next).await;
+            }
+        }
         bump(&self.counters.released);
         let n = self.nodes.len();
         let mut report = ReleaseReport {
@@ -567,6 +692,75 @@ impl LockShared {
             for (node, _) in self.nodes.iter().zip(&answered).filter(|(_, a)| !**a) {
                 report.failed.push(self.timeout_error(node));
             }
+        }
+        report
+    }
+
+    /// [`release_everywhere`](Self::release_everywhere) that takes the name
+    /// for the next waiter of this lock service in the same script call on
+    /// each node, and forwards that waiter's part of each answer to it.
+    async fn release_handing_over(&self, hold: &HoldId, next: Handoff) -> ReleaseReport {
+        bump(&self.counters.released);
+        bump(&self.counters.handoffs);
+        let n = self.nodes.len();
+        let ttl_ms = ttl_millis(self.config.ttl);
+        let mut report = ReleaseReport {
+            released: 0,
+            kept: 0,
+            not_held: 0,
+            failed: Vec::new(),
+            was_held: false,
+        };
+        let mut answered = vec![false; n];
+        let mut waiter_gone = false;
+        let events = &next.events;
+        let (end, unfinished) = fan_out(
+            n,
+            Instant::now() + self.config.node_timeout,
+            |i| self.nodes[i].handoff(hold.clone(), next.hold.clone(), ttl_ms),
+            |i, reply| {
+                answered[i] = true;
+                let forward = match reply {
+                    Ok((released, acquired)) => {
+                        match released {
+                            ReleaseReply::Freed => report.released += 1,
+                            ReleaseReply::Kept => {
+                                report.released += 1;
+                                report.kept += 1;
+                            }
+                            ReleaseReply::NotOurs => report.not_held += 1,
+                        }
+                        Ok(acquired)
+                    }
+                    Err(e) => {
+                        report.failed.push(e.clone());
+                        Err(e)
+                    }
+                };
+                waiter_gone |= events.send(HandoffEvent::Reply(i, forward)).is_err();
+                false
+            },
+        )
+        .await;
+        unfinished.finish_in_background(self.background_bound(), "release");
+        waiter_gone |= events.send(HandoffEvent::Ended(end)).is_err();
+        if end == End::DeadlinePassed {
+            for (node, _) in self.nodes.iter().zip(&answered).filter(|(_, a)| !**a) {
+                report.failed.push(self.timeout_error(node));
+            }
+        }
+        if waiter_gone {
+            // The waiter stopped waiting before it could decide (its future
+            // was dropped): nobody owns what was taken for it. Give it back,
+            // queued behind the handoff on every node, and announce it.
+            let (_, unfinished) = fan_out(
+                n,
+                Instant::now(),
+                |i| self.nodes[i].release(next.hold.clone(), true),
+                |_, _| false,
+            )
+            .await;
+            unfinished.finish_in_background(self.background_bound(), "handoff rollback");
         }
         report
     }
@@ -665,6 +859,14 @@ impl From<AcquireReply> for NodeOutcome {
             AcquireReply::Won { .. } => NodeOutcome::Won,
             AcquireReply::Held { pttl } => NodeOutcome::HeldByOther { pttl },
         }
+    }
+}
+
+/// How an acquire's answer counts for the quorum.
+fn acquire_vote(reply: &AcquireReply) -> Vote {
+    match reply {
+        AcquireReply::Won { .. } => Vote::Won,
+        AcquireReply::Held { .. } => Vote::Contended,
     }
 }
 

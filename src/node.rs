@@ -188,6 +188,49 @@ impl Node {
         }
     }
 
+    /// Runs the handoff script: gives back `from` (one name) and takes the
+    /// name for `to` where that left it free.
+    pub(crate) fn handoff(
+        self: &Arc<Self>,
+        from: HoldId,
+        to: HoldId,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<(ReleaseReply, AcquireReply), NodeError>> + Send + 'static
+    {
+        let node = Arc::clone(self);
+        async move {
+            let reply = node
+                .eval(&scripts::HANDOFF, |cmd| {
+                    with_fences(cmd, &from.keys);
+                    cmd.arg(&*from.token)
+                        .arg(&*from.entry)
+                        .arg(&*to.token)
+                        .arg(&*to.entry)
+                        .arg(ttl_ms);
+                })
+                .await?;
+            let Value::Array(items) = reply else {
+                return Err(node.unexpected(reply));
+            };
+            let released = match items.first() {
+                Some(Value::Int(0)) => ReleaseReply::NotOurs,
+                Some(Value::Int(1)) => ReleaseReply::Freed,
+                Some(Value::Int(2)) => ReleaseReply::Kept,
+                _ => return Err(node.unexpected(Value::Array(items))),
+            };
+            let acquired = match items.get(1..) {
+                Some([Value::Int(1), Value::Int(c)]) => AcquireReply::Won {
+                    fences: Box::new([u64::try_from(*c).ok()]),
+                },
+                Some([Value::Int(0), Value::Int(ms)]) => AcquireReply::Held {
+                    pttl: u64::try_from(*ms).ok().map(Duration::from_millis),
+                },
+                _ => return Err(node.unexpected(Value::Array(items))),
+            };
+            Ok((released, acquired))
+        }
+    }
+
     /// Runs the compare-and-expire script; `true` when every key is ours
     /// and lives at least `ttl_ms` now.
     pub(crate) fn extend(

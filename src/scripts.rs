@@ -40,9 +40,13 @@ pub(crate) static RENEW: LazyLock<Script> =
 pub(crate) static FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
 
+/// Release one hold and take the freed lock for the next waiter.
+pub(crate) static HANDOFF: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/handoff.lua")));
+
 /// Every script, loaded on each new connection.
-pub(crate) fn all() -> [&'static Script; 5] {
-    [&ACQUIRE, &RELEASE, &EXTEND, &RENEW, &FENCE]
+pub(crate) fn all() -> [&'static Script; 6] {
+    [&ACQUIRE, &RELEASE, &EXTEND, &RENEW, &FENCE, &HANDOFF]
 }
 
 #[cfg(test)]

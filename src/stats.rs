@@ -64,6 +64,11 @@ pub struct LockStats {
     /// Waits between attempts that ended early on a release notice (from a
     /// node or from a release by this lock service).
     pub woken: u64,
+    /// Releases that took the lock for a waiting acquire of this lock
+    /// service in the same script call (see [`crate::wake`]).
+    pub handoffs: u64,
+    /// Acquire attempts decided on a handoff (won or not).
+    pub handed_over: u64,
     /// Per-node failures, in configuration order.
     pub nodes: Vec<NodeStats>,
 }
@@ -105,6 +110,8 @@ pub(crate) struct Counters {
     /// lock service alive.
     pub(crate) wake_notices: Arc<AtomicU64>,
     pub(crate) woken: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
+    pub(crate) handed_over: AtomicU64,
 }
 
 /// The node-level counters behind [`NodeStats`].
@@ -146,6 +153,8 @@ impl Counters {
             fencing_tokens: get(&self.fencing_tokens),
             wake_notices: get(&self.wake_notices),
             woken: get(&self.woken),
+            handoffs: get(&self.handoffs),
+            handed_over: get(&self.handed_over),
             nodes,
         }
     }

@@ -27,6 +27,22 @@
 //! starts one attempt from this process, not a herd of attempts that split
 //! the nodes between them and all fail.
 //!
+//! **Handoff.** While the waiter whose turn it is sleeps, a release of the
+//! name by the same `MultiLock` takes the lock for it in the same script
+//! call on each node: the hold is given back and, where that left the name
+//! free, taken under the waiter's owner token at once. The waiter's attempt
+//! is then decided on those answers exactly like an acquire (quorum,
+//! validity counted from a stamp taken before the release was sent,
+//! rollback if it falls short), so the lock changes hands in one round trip
+//! instead of a release, a notice and an acquire. A waiter dropped during a
+//! handoff is rolled back by the releaser. Locks on several names are not
+//! handed off; their waiters retry on notices.
+//!
+//! With waiters in other processes, a node's notice wakes each process's
+//! first waiter, which retries once enough nodes have announced a release
+//! to make a quorum possible (or at once if the wait was a release of its
+//! own `MultiLock`).
+//!
 //! Turn wake-ups off with
 //! [`LockConfigBuilder::wake_ups(false)`](crate::LockConfigBuilder::wake_ups)
 //! for plain jittered polling (no subscriber connections).
@@ -41,14 +57,20 @@ use redis::Client;
 use tokio::sync::{OwnedMutexGuard, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::error::Error;
+use crate::clock::Stamp;
+use crate::error::{Error, NodeError, NodeOutcome};
+use crate::fanout::End;
+use crate::keys::HoldId;
 use crate::keys::{KeySet, RESERVED_PREFIX, release_channel};
+use crate::node::AcquireReply;
 use crate::node::Node;
 use crate::stats::{Counters, bump};
 
 /// Names with waiters, and how to reach each node's subscriber.
 pub(crate) struct Wake {
     enabled: bool,
+    /// Nodes a quorum needs.
+    required: usize,
     names: Arc<Mutex<HashMap<Arc<str>, Waiters>>>,
     subscribers: Vec<Subscriber>,
     connect_timeout: Duration,
@@ -57,14 +79,51 @@ pub(crate) struct Wake {
 /// The waiters of one name in this lock service.
 struct Waiters {
     count: usize,
-    /// Bumped on every notice for the name.
-    notices: watch::Sender<u64>,
+    /// Notices for the name so far, per node, and (last slot) releases by
+    /// this lock service.
+    notices: watch::Sender<Box<[u64]>>,
     /// Whose turn it is to attempt.
     turn: Arc<tokio::sync::Mutex<()>>,
+    /// The waiter whose turn it is, while it sleeps: a release by this lock
+    /// service takes the name for it in the same script call.
+    next: Option<Handoff>,
+}
+
+/// A sleeping waiter's offer: take the name for this hold, and tell me how
+/// each node answered.
+pub(crate) struct Handoff {
+    pub(crate) hold: HoldId,
+    pub(crate) events: mpsc::UnboundedSender<HandoffEvent>,
+}
+
+/// What a releasing guard tells the waiter it hands the lock to.
+pub(crate) enum HandoffEvent {
+    /// The handoff round started at this stamp (the waiter's validity
+    /// counts from here).
+    Started(Stamp),
+    /// One node's answer to the waiter's part.
+    Reply(usize, Result<AcquireReply, NodeError>),
+    /// The round ended (all answered, or the node timeout passed).
+    Ended(End),
+}
+
+/// How a wait ended.
+pub(crate) enum Woken {
+    /// Try again.
+    Retry,
+    /// A release took the name for the waiter: its attempt's answers are
+    /// `first` (if already received), then the rest on the channel.
+    HandedOver {
+        hold: HoldId,
+        first: Option<HandoffEvent>,
+        rest: mpsc::UnboundedReceiver<HandoffEvent>,
+    },
 }
 
 /// One node's subscriber connection, run by a task started on first use.
 struct Subscriber {
+    /// The node's index, its slot in the notice counts.
+    index: usize,
     client: Client,
     name: Arc<str>,
     changes: Mutex<Option<mpsc::UnboundedSender<Change>>>,
@@ -76,13 +135,21 @@ enum Change {
 }
 
 impl Wake {
-    pub(crate) fn new(enabled: bool, nodes: &[Arc<Node>], connect_timeout: Duration) -> Wake {
+    pub(crate) fn new(
+        enabled: bool,
+        required: usize,
+        nodes: &[Arc<Node>],
+        connect_timeout: Duration,
+    ) -> Wake {
         Wake {
             enabled,
+            required,
             names: Arc::default(),
             subscribers: nodes
                 .iter()
-                .map(|n| Subscriber {
+                .enumerate()
+                .map(|(index, n)| Subscriber {
+                    index,
                     client: n.client().clone(),
                     name: Arc::clone(n.name()),
                     changes: Mutex::new(None),
@@ -99,6 +166,7 @@ impl Wake {
             counters,
             keys: Arc::clone(keys),
             registration: None,
+            seen: Vec::new(),
             turn: None,
         }
     }
@@ -113,10 +181,44 @@ impl Wake {
         if names.is_empty() {
             return;
         }
+        let local = self.subscribers.len();
         for name in keys.names() {
             if let Some(waiters) = names.get(name) {
-                waiters.notices.send_modify(|n| *n += 1);
+                waiters.notices.send_modify(|n| n[local] += 1);
             }
+        }
+    }
+
+    /// The waiter to hand `keys` to on release, if one of this lock
+    /// service sleeps on them (one name only).
+    pub(crate) fn take_handoff(&self, keys: &KeySet) -> Option<Handoff> {
+        if !self.enabled || keys.len() != 1 {
+            return None;
+        }
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        names.get_mut(keys.first())?.next.take()
+    }
+
+    /// Offers a handoff for `name`; replaces nothing (one turn at a time).
+    fn offer(&self, name: &Arc<str>, handoff: Handoff) {
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(waiters) = names.get_mut(name) {
+            waiters.next = Some(handoff);
+        }
+    }
+
+    /// Takes back the offer of `hold`; `false` when a release took it.
+    fn withdraw(&self, name: &Arc<str>, hold: &HoldId) -> bool {
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(waiters) = names.get_mut(name) else {
+            return false;
+        };
+        match &waiters.next {
+            Some(next) if Arc::ptr_eq(&next.hold.entry, &hold.entry) => {
+                waiters.next = None;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -127,8 +229,9 @@ impl Wake {
         for name in keys.names() {
             let waiters = names.entry(Arc::clone(name)).or_insert_with(|| Waiters {
                 count: 0,
-                notices: watch::channel(0).0,
+                notices: watch::channel(vec![0; self.subscribers.len() + 1].into()).0,
                 turn: Arc::default(),
+                next: None,
             });
             waiters.count += 1;
             if waiters.count == 1 {
@@ -175,13 +278,15 @@ pub(crate) struct Waiter<'a> {
     counters: &'a Counters,
     keys: Arc<KeySet>,
     registration: Option<Registration<'a>>,
+    /// The notice counts of each name as of the last attempt.
+    seen: Vec<Box<[u64]>>,
     turn: Option<OwnedMutexGuard<()>>,
 }
 
 struct Registration<'a> {
     wake: &'a Wake,
     keys: Arc<Vec<Arc<str>>>,
-    notices: Vec<watch::Receiver<u64>>,
+    notices: Vec<watch::Receiver<Box<[u64]>>>,
     turn: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -196,8 +301,9 @@ impl Waiter<'_> {
     /// release announced while the attempt runs wakes the wait after it.
     pub(crate) fn mark(&mut self) {
         if let Some(registration) = &mut self.registration {
+            self.seen.clear();
             for notices in &mut registration.notices {
-                notices.borrow_and_update();
+                self.seen.push(notices.borrow_and_update().clone());
             }
         }
     }
@@ -205,11 +311,21 @@ impl Waiter<'_> {
     /// Sleeps after a failed attempt until a release notice, the holder's
     /// remaining TTL or `backoff`, whichever comes first, and never past
     /// `budget_end`. Without wake-ups: `backoff` only.
-    pub(crate) async fn wait(&mut self, error: &Error, backoff: Duration, budget_end: Instant) {
+    ///
+    /// `next` is the hold the waiter would take next (one name only): while
+    /// it sleeps with its turn, a release by this lock service may take the
+    /// name for it, and the wait ends with [`Woken::HandedOver`].
+    pub(crate) async fn wait(
+        &mut self,
+        error: &Error,
+        backoff: Duration,
+        budget_end: Instant,
+        next: Option<HoldId>,
+    ) -> Woken {
         let wake = self.wake;
         if !wake.enabled {
             tokio::time::sleep_until((Instant::now() + backoff).min(budget_end)).await;
-            return;
+            return Woken::Retry;
         }
         let registration = match &mut self.registration {
             Some(registration) => registration,
@@ -230,9 +346,16 @@ impl Waiter<'_> {
                     )
                     .await
                     else {
-                        return;
+                        return Woken::Retry;
                     };
                     self.turn = Some(guard);
+                    // Whatever was released while others had the turn went
+                    // to them: count notices from now on.
+                    self.seen = registration
+                        .notices
+                        .iter_mut()
+                        .map(|n| n.borrow_and_update().clone())
+                        .collect();
                 }
             }
         }
@@ -244,15 +367,123 @@ impl Waiter<'_> {
             _ => backoff,
         };
         let until = (Instant::now() + backoff.min(free_in)).min(budget_end);
-        let notices = registration
-            .notices
-            .iter_mut()
-            .map(|n| Box::pin(n.changed()));
-        tokio::select! {
-            _ = select_all(notices) => bump(&self.counters.woken),
-            () = tokio::time::sleep_until(until) => {}
+        // Nodes the last attempt won were rolled back: free. A quorum needs
+        // this many more to announce a release.
+        let won = error.node_reports().map_or(0, |r| {
+            r.0.iter()
+                .filter(|r| matches!(r.outcome, NodeOutcome::Won))
+                .count()
+        });
+        let needed = wake.required.saturating_sub(won).max(1);
+        if self.seen.len() != registration.notices.len() {
+            // Registered after the attempt: count from now.
+            self.seen = registration
+                .notices
+                .iter_mut()
+                .map(|n| n.borrow_and_update().clone())
+                .collect();
+        }
+        let sleep = tokio::time::sleep_until(until);
+        tokio::pin!(sleep);
+        // Offer the turn to a release of this lock service.
+        let mut offered = next.map(|hold| {
+            let (events, rx) = mpsc::unbounded_channel();
+            let name = Arc::clone(hold.keys.first());
+            wake.offer(
+                &name,
+                Handoff {
+                    hold: hold.clone(),
+                    events,
+                },
+            );
+            (name, hold, rx)
+        });
+        let woken = loop {
+            let step = {
+                let notices = registration
+                    .notices
+                    .iter_mut()
+                    .map(|n| Box::pin(n.changed()));
+                let handed = async {
+                    match offered.as_mut() {
+                        Some((_, _, rx)) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    first = handed => Step::Handed(first),
+                    _ = select_all(notices) => Step::Notice,
+                    () = &mut sleep => Step::Timer,
+                }
+            };
+            match step {
+                Step::Handed(Some(first)) => {
+                    if let Some((_, hold, rest)) = offered.take() {
+                        return Woken::HandedOver {
+                            hold,
+                            first: Some(first),
+                            rest,
+                        };
+                    }
+                }
+                // The releaser dropped the offer unused: wait on.
+                Step::Handed(None) => offered = None,
+                Step::Notice => {
+                    if quorum_announced(&registration.notices, &self.seen, needed) {
+                        bump(&self.counters.woken);
+                        break Woken::Retry;
+                    }
+                }
+                Step::Timer => break Woken::Retry,
+            }
+        };
+        if let Some((name, hold, rest)) = offered
+            && !wake.withdraw(&name, &hold)
+        {
+            // A release took the offer just now: its answers are coming.
+            return Woken::HandedOver {
+                hold,
+                first: None,
+                rest,
+            };
+        }
+        woken
+    }
+}
+
+/// What ended one pass of a wait.
+enum Step {
+    Handed(Option<HandoffEvent>),
+    Notice,
+    Timer,
+}
+
+/// Whether the notices since `seen` say a quorum may be free: a release by
+/// this lock service (queued on every node), or releases announced by at
+/// least `needed` distinct nodes. Waiting for enough nodes rather than the
+/// first avoids an attempt that reaches the other nodes before their
+/// release does and fails.
+fn quorum_announced(
+    notices: &[watch::Receiver<Box<[u64]>>],
+    seen: &[Box<[u64]>],
+    needed: usize,
+) -> bool {
+    let mut announced: u128 = 0;
+    let mut local = false;
+    for (now, seen) in notices.iter().zip(seen) {
+        let now = now.borrow();
+        let Some((last, nodes)) = now.split_last() else {
+            continue;
+        };
+        local |= seen.last().is_some_and(|s| last > s);
+        for (i, (n, s)) in nodes.iter().zip(seen.iter()).enumerate() {
+            if n > s && i < 128 {
+                announced |= 1 << i;
+            }
         }
     }
+    local || announced.count_ones() as usize >= needed
 }
 
 impl Subscriber {
@@ -272,6 +503,7 @@ impl Subscriber {
             };
             let (tx, rx) = mpsc::unbounded_channel();
             runtime.spawn(subscribe_loop(
+                self.index,
                 self.client.clone(),
                 Arc::clone(&self.name),
                 connect_timeout,
@@ -294,8 +526,9 @@ impl Subscriber {
     }
 }
 
-/// Bumps the notices of the name a release channel belongs to.
-fn deliver(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>, channel: &str) {
+/// Counts a notice from node `index` for the name a release channel
+/// belongs to.
+fn deliver(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>, index: usize, channel: &str) {
     let Some(name) = channel
         .strip_prefix(RESERVED_PREFIX)
         .and_then(|c| c.strip_prefix("released:"))
@@ -307,17 +540,17 @@ fn deliver(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>, channel: &str) {
     };
     let names = names.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(waiters) = names.get(name) {
-        waiters.notices.send_modify(|n| *n += 1);
+        waiters.notices.send_modify(|n| n[index] += 1);
     }
 }
 
-/// Bumps every subscribed name: after a reconnect, a release may have been
-/// missed while the connection was down.
-fn deliver_all(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>) {
+/// Counts a notice from node `index` for every subscribed name: after a
+/// reconnect, a release there may have been missed while it was down.
+fn deliver_all(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>, index: usize) {
     if let Some(names) = names.upgrade() {
         let names = names.lock().unwrap_or_else(PoisonError::into_inner);
         for waiters in names.values() {
-            waiters.notices.send_modify(|n| *n += 1);
+            waiters.notices.send_modify(|n| n[index] += 1);
         }
     }
 }
@@ -326,6 +559,7 @@ fn deliver_all(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>) {
 /// channels waiters need, re-made with backoff after a failure. Ends when
 /// the lock service is gone.
 async fn subscribe_loop(
+    index: usize,
     client: Client,
     node: Arc<str>,
     connect_timeout: Duration,
@@ -371,7 +605,7 @@ async fn subscribe_loop(
         }
         pause = Duration::from_millis(50);
         if reconnecting {
-            deliver_all(&names);
+            deliver_all(&names, index);
         }
         reconnecting = true;
         loop {
@@ -379,7 +613,7 @@ async fn subscribe_loop(
                 message = stream.next() => match message {
                     Some(message) => {
                         notices.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        deliver(&names, message.get_channel_name());
+                        deliver(&names, index, message.get_channel_name());
                     }
                     None => continue 'connection,
                 },

@@ -301,3 +301,86 @@ async fn the_subscriber_comes_back_after_its_node_restarts() {
         .expect("acquired");
     guard.release().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_next_waiter_of_the_same_lock_service() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(slow_polling_lock(&testbed)).await;
+    let holder = lock.try_acquire("baton").await.expect("holder");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire("baton", Duration::from_secs(120)).await })
+    };
+    common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
+        testbed
+            .nodes()
+            .iter()
+            .all(|n| subscribers_on(n, "baton") == 1)
+    })
+    .await;
+    let report = holder.release().await;
+    assert!(report.released >= 2, "{report:?}");
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("handed the lock in the release, long before its backoff")
+        .expect("waiter task")
+        .expect("acquired");
+    assert!(guard.is_held());
+    let stats = lock.stats();
+    assert_eq!((stats.handoffs, stats.handed_over), (1, 1), "{stats:?}");
+    // The key went from one owner to the other in one script call per node.
+    let carrying = common::assert_nodes_match(&testbed, &guard);
+    assert!(carrying >= 2);
+    // The guard got by handoff is a guard like any other.
+    assert!(guard.fencing_token().await.expect("token") >= 1);
+    assert_eq!(guard.release().await.released, carrying);
+    common::wait_until_gone(&testbed, "baton", "released").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
+    let mut testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.node_timeout(Duration::from_millis(500)).retry(
+            RetryPolicy::default()
+                .base_delay(Duration::from_secs(60))
+                .max_delay(Duration::from_secs(60)),
+        )
+    }))
+    .await;
+    for _ in 0..3 {
+        let holder = lock.try_acquire("dropped").await.expect("holder");
+        let waiter = {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.acquire("dropped", Duration::from_secs(120)).await })
+        };
+        common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
+            testbed
+                .nodes()
+                .iter()
+                .all(|n| subscribers_on(n, "dropped") == 1)
+        })
+        .await;
+        // Nodes 1 and 2 are paused: the handoff round cannot be decided
+        // before the node timeout, and the waiter is dropped while it is in
+        // flight.
+        testbed.node_mut(1).pause().expect("pause");
+        testbed.node_mut(2).pause().expect("pause");
+        let release = tokio::spawn(holder.release());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waiter.abort();
+        assert!(waiter.await.is_err_and(|e| e.is_cancelled()));
+        testbed.node_mut(1).resume().expect("resume");
+        testbed.node_mut(2).resume().expect("resume");
+        release.await.expect("release task");
+        // Whatever was taken for the dropped waiter was given back.
+        common::wait_until_gone(&testbed, "dropped", "handoff rolled back").await;
+    }
+    let stats = lock.stats();
+    assert!(stats.handoffs >= 1, "{stats:?}");
+    lock.try_acquire("dropped")
+        .await
+        .expect("free at once")
+        .release()
+        .await;
+}

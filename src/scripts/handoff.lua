@@ -1,0 +1,29 @@
+-- Give back one hold and, if that leaves the lock free on this node, take
+-- it at once for the next waiter of the same lock service: one call where
+-- a release, a notice and an acquire would take three steps.
+-- KEYS[1] lock key, KEYS[2] its fencing counter.
+-- ARGV[1] releasing owner token, ARGV[2] its entry id;
+-- ARGV[3] next owner token, ARGV[4] its entry id, ARGV[5] TTL in ms.
+-- Reply: {r, 1, counter}: the next owner holds the key now (counter -1:
+--        none on this node);
+--        {r, 0, pttl}: it does not (the key stays held: another hold of the
+--        releasing owner, or another owner).
+-- r as in release.lua: 0 the hold was not here, 1 given back and the key
+-- deleted, 2 given back, the owner's other holds keep the key.
+-- Nothing is published: the lock does not become free on this node.
+local r = 0
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1]
+    and redis.call('HDEL', KEYS[1], ARGV[2]) == 1 then
+  if redis.call('HLEN', KEYS[1]) <= 1 then
+    redis.call('DEL', KEYS[1])
+    r = 1
+  else
+    r = 2
+  end
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[3], ARGV[4], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  return {r, 1, tonumber(redis.call('GET', KEYS[2]) or -1)}
+end
+return {r, 0, redis.call('PTTL', KEYS[1])}

@@ -318,6 +318,19 @@ impl MultiLock {
             .waiter(&request.keys, &self.shared.counters);
         let mut attempts = 0u32;
         let mut handed = None;
+        // One name: a release by this lock service may take it for us.
+        let next = || (request.keys.len() == 1).then(|| request.hold());
+        if self.shared.wake.has_waiters(&request.keys) {
+            // Others of this lock service wait for it already: queue behind
+            // them (first come, first served) rather than barge in with an
+            // attempt that would find the name taken or handed over.
+            let backoff = retry.delay(1, rand::random::<f64>());
+            if let Woken::HandedOver { hold, first, rest } =
+                waiting.wait(None, backoff, budget_end, next()).await
+            {
+                handed = Some((hold, first, rest));
+            }
+        }
         loop {
             attempts += 1;
             // Marked before the attempt: a release announced while it runs
@@ -347,9 +360,10 @@ impl MultiLock {
                 });
             }
             let backoff = retry.delay(attempts, rand::random::<f64>());
-            // One name: a release by this lock service may take it for us.
-            let next = (request.keys.len() == 1).then(|| request.hold());
-            match waiting.wait(&error, backoff, budget_end, next).await {
+            match waiting
+                .wait(Some(&error), backoff, budget_end, next())
+                .await
+            {
                 Woken::Retry => {}
                 Woken::HandedOver { hold, first, rest } => handed = Some((hold, first, rest)),
             }

@@ -189,6 +189,16 @@ impl Wake {
         }
     }
 
+    /// Whether waiters of this lock service wait for one of `keys`: a new
+    /// acquire then joins the queue instead of barging in.
+    pub(crate) fn has_waiters(&self, keys: &KeySet) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        !names.is_empty() && keys.names().iter().any(|n| names.contains_key(n))
+    }
+
     /// The waiter to hand `keys` to on release, if one of this lock
     /// service sleeps on them (one name only).
     pub(crate) fn take_handoff(&self, keys: &KeySet) -> Option<Handoff> {
@@ -317,7 +327,7 @@ impl Waiter<'_> {
     /// name for it, and the wait ends with [`Woken::HandedOver`].
     pub(crate) async fn wait(
         &mut self,
-        error: &Error,
+        error: Option<&Error>,
         backoff: Duration,
         budget_end: Instant,
         next: Option<HoldId>,
@@ -360,16 +370,16 @@ impl Waiter<'_> {
             }
         }
         let free_in = match error {
-            Error::Contended {
+            Some(Error::Contended {
                 free_in: Some(free_in),
                 ..
-            } => *free_in,
+            }) => *free_in,
             _ => backoff,
         };
         let until = (Instant::now() + backoff.min(free_in)).min(budget_end);
         // Nodes the last attempt won were rolled back: free. A quorum needs
         // this many more to announce a release.
-        let won = error.node_reports().map_or(0, |r| {
+        let won = error.and_then(Error::node_reports).map_or(0, |r| {
             r.0.iter()
                 .filter(|r| matches!(r.outcome, NodeOutcome::Won))
                 .count()

@@ -10,13 +10,16 @@
 --        counter, -1 when the node has none);
 --        {0, pttl, i} when key i is held by another owner (pttl -1: the
 --        holder set no expiry). Nothing is written then.
--- A key of another type fails with WRONGTYPE: never overwritten.
+-- A key of another type fails with WRONGTYPE (HLEN): never overwritten. A
+-- hash without an owner field is someone else's data: refused.
+-- The free path (the common one) costs HLEN, HSET, PEXPIRE and GET.
 local m = #KEYS / 2
 local ttl = tonumber(ARGV[3])
+local fresh = {}
 for i = 1, m do
-  local owner = redis.call('HGET', KEYS[i], 'owner')
-  if (owner == false and redis.call('EXISTS', KEYS[i]) == 1)
-      or (owner ~= false and owner ~= ARGV[1]) then
+  if redis.call('HLEN', KEYS[i]) == 0 then
+    fresh[i] = true
+  elseif redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[i]), i}
   end
 end
@@ -24,7 +27,7 @@ local out = {1}
 for i = 1, m do
   redis.call('HSET', KEYS[i], 'owner', ARGV[1], ARGV[2], 1)
   -- Never shorten: another hold of the same owner may have a longer TTL.
-  if redis.call('PTTL', KEYS[i]) < ttl then
+  if fresh[i] or redis.call('PTTL', KEYS[i]) < ttl then
     redis.call('PEXPIRE', KEYS[i], ttl)
   end
   out[i + 1] = tonumber(redis.call('GET', KEYS[m + i]) or -1)

@@ -12,16 +12,17 @@
 -- deleted, 2 given back, the owner's other holds keep the key.
 -- Nothing is published: the lock does not become free on this node.
 local r = 0
-if redis.call('HGET', KEYS[1], 'owner') == ARGV[1]
-    and redis.call('HDEL', KEYS[1], ARGV[2]) == 1 then
-  if redis.call('HLEN', KEYS[1]) <= 1 then
+local found = redis.call('HMGET', KEYS[1], 'owner', ARGV[2])
+if found[1] == ARGV[1] and found[2] then
+  if redis.call('HLEN', KEYS[1]) <= 2 then
     redis.call('DEL', KEYS[1])
     r = 1
   else
+    redis.call('HDEL', KEYS[1], ARGV[2])
     r = 2
   end
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'owner', ARGV[3], ARGV[4], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
   return {r, 1, tonumber(redis.call('GET', KEYS[2]) or -1)}

@@ -10,15 +10,17 @@
 -- is gone but the owner's other holds keep some key (re-entry).
 local result = 0
 for _, key in ipairs(KEYS) do
-  if redis.call('HGET', key, 'owner') == ARGV[1]
-      and redis.call('HDEL', key, ARGV[2]) == 1 then
-    if redis.call('HLEN', key) <= 1 then
+  local found = redis.call('HMGET', key, 'owner', ARGV[2])
+  if found[1] == ARGV[1] and found[2] then
+    if redis.call('HLEN', key) <= 2 then
+      -- Ours was the last hold (the other field is the owner).
       redis.call('DEL', key)
       if ARGV[3] == '1' then
         redis.call('PUBLISH', 'quorumlock:released:' .. key, '')
       end
       if result == 0 then result = 1 end
     else
+      redis.call('HDEL', key, ARGV[2])
       result = 2
     end
   end

@@ -179,30 +179,51 @@ pub(crate) async fn quorum_round<T, Fut>(
 where
     Fut: Future<Output = Result<T, NodeError>>,
 {
-    let mut tally = Tally::new(n, required);
-    let mut votes = vec![None; n];
-    let mut replies: Vec<Option<Result<T, NodeError>>> = (0..n).map(|_| None).collect();
-    let start = Stamp::now();
+    let mut round = QuorumRound::new(n, required, Stamp::now());
     let (end, unfinished) = fan_out(n, Instant::now() + node_timeout, call, |i, reply| {
-        let v = reply.as_ref().map_or(Vote::Failed, &vote);
-        tally.record(v);
-        votes[i] = Some(v);
-        replies[i] = Some(reply);
-        tally.decision() != Decision::Pending
+        round.record(i, reply, &vote)
     })
     .await;
     drop(unfinished);
-    QuorumRound {
-        tally,
-        votes,
-        replies,
-        end,
-        start,
-        elapsed: start.elapsed(),
-    }
+    round.finish(end);
+    round
 }
 
 impl<T> QuorumRound<T> {
+    /// A round over `n` nodes that needs `required` wins, started (before
+    /// the first request left) at `start`.
+    pub(crate) fn new(n: usize, required: usize, start: Stamp) -> QuorumRound<T> {
+        QuorumRound {
+            tally: Tally::new(n, required),
+            votes: vec![None; n],
+            replies: (0..n).map(|_| None).collect(),
+            end: End::AllAnswered,
+            start,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Counts node `i`'s reply (`vote` classifies an answer; an error is a
+    /// failed vote). `true` once the round is decided.
+    pub(crate) fn record(
+        &mut self,
+        i: usize,
+        reply: Result<T, NodeError>,
+        vote: impl Fn(&T) -> Vote,
+    ) -> bool {
+        let v = reply.as_ref().map_or(Vote::Failed, vote);
+        self.tally.record(v);
+        self.votes[i] = Some(v);
+        self.replies[i] = Some(reply);
+        self.tally.decision() != Decision::Pending
+    }
+
+    /// Marks the round ended now, and how.
+    pub(crate) fn finish(&mut self, end: End) {
+        self.end = end;
+        self.elapsed = self.start.elapsed();
+    }
+
     /// For keys given `ttl` by this round: the validity left now that it has
     /// ended (`ttl − elapsed − drift`) and its deadline (`start + ttl − drift`).
     pub(crate) fn validity(&self, ttl: Duration, drift_factor: f64) -> (Duration, Stamp) {

@@ -20,7 +20,6 @@ use crate::keys::{HoldId, KeySet};
 use crate::lease::Lease;
 use crate::node::{AcquireReply, Node, ReleaseReply};
 use crate::owner::Owner;
-use crate::quorum::Tally;
 use crate::quorum::{self, Decision, Vote};
 use crate::stats::{Counters, LockStats, bump};
 use crate::wake::{Handoff, HandoffEvent, Wake, Woken};
@@ -453,60 +452,48 @@ impl LockShared {
         let config = &self.config;
         let n = self.nodes.len();
         bump(&self.counters.attempts);
-        let mut tally = Tally::new(n, config.required_nodes());
-        let mut votes = vec![None; n];
-        let mut replies: Vec<Option<Result<AcquireReply, NodeError>>> =
-            (0..n).map(|_| None).collect();
-        let mut start = None;
-        let mut next = first;
         // The releaser ends its round within the node timeout and says so;
         // the bound only guards against a stalled runtime.
         let give_up = Instant::now() + config.node_timeout * 2 + config.connect_timeout;
+        let mut next = first;
+        let mut receive = async || match next.take() {
+            Some(event) => Some(event),
+            None => tokio::time::timeout_at(give_up, rest.recv())
+                .await
+                .ok()
+                .flatten(),
+        };
+        // The releaser sends its start stamp before anything else.
+        let Some(HandoffEvent::Started(start)) = receive().await else {
+            // Cannot happen; without a start no validity can be computed:
+            // give back whatever may have been taken, never guess.
+            let mut nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
+                (0..n).map(|_| None).collect();
+            self.rollback(&hold, &nothing, true).await;
+            return Err(Error::QuorumNotReached {
+                key: hold.keys.to_string(),
+                required: config.required_nodes(),
+                won: 0,
+                nodes: self.reports(&mut nothing, End::DeadlinePassed),
+            });
+        };
+        let mut round = QuorumRound::new(n, config.required_nodes(), start);
         let end = loop {
-            let event = match next.take() {
-                Some(event) => Some(event),
-                None => tokio::time::timeout_at(give_up, rest.recv())
-                    .await
-                    .ok()
-                    .flatten(),
-            };
-            match event {
-                Some(HandoffEvent::Started(stamp)) => start = Some(stamp),
+            match receive().await {
                 Some(HandoffEvent::Reply(i, reply)) => {
-                    let vote = reply.as_ref().map_or(Vote::Failed, acquire_vote);
-                    tally.record(vote);
-                    votes[i] = Some(vote);
-                    replies[i] = Some(reply);
-                    if tally.decision() != Decision::Pending {
+                    if round.record(i, reply, acquire_vote) {
                         break End::Decided;
                     }
                 }
                 Some(HandoffEvent::Ended(end)) => break end,
+                Some(HandoffEvent::Started(_)) => {}
                 None => break End::DeadlinePassed,
             }
         };
+        round.finish(end);
         // Keep listening, so that the releaser never mistakes a decided
         // waiter for one that went away (and rolls its hold back).
         tokio::spawn(async move { while rest.recv().await.is_some() {} });
-        let Some(start) = start else {
-            // Cannot happen (the releaser sends the stamp first); without it
-            // no validity can be computed: roll back, never guess.
-            self.rollback(&hold, &replies, true).await;
-            return Err(Error::QuorumNotReached {
-                key: hold.keys.to_string(),
-                required: tally.required(),
-                won: 0,
-                nodes: self.reports(&mut replies, End::DeadlinePassed),
-            });
-        };
-        let mut round = QuorumRound {
-            tally,
-            votes,
-            replies,
-            end,
-            start,
-            elapsed: start.elapsed(),
-        };
         bump(&self.counters.handed_over);
         self.conclude(request, hold, &mut round, watched, true)
             .await

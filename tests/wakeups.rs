@@ -22,6 +22,27 @@ fn subscribers_on(node: &RedisNode, key: &str) -> i64 {
     reply.1
 }
 
+/// Spawns `lock.acquire(name)` with a long budget, as another task.
+fn spawn_waiter(
+    lock: &MultiLock,
+    name: &'static str,
+) -> tokio::task::JoinHandle<Result<quorumlock::LockGuard, quorumlock::Error>> {
+    let lock = lock.clone();
+    tokio::spawn(async move { lock.acquire(name, Duration::from_secs(120)).await })
+}
+
+/// Waits until `name`'s release channel has `count` subscribers on every
+/// node, naming `what`.
+async fn wait_subscribed(testbed: &Testbed, name: &str, count: i64, what: &str) {
+    common::wait_for(what, Duration::from_secs(5), || {
+        testbed
+            .nodes()
+            .iter()
+            .all(|n| subscribers_on(n, name) == count)
+    })
+    .await;
+}
+
 /// Pub/sub client connections on one node.
 fn pubsub_clients_on(node: &RedisNode) -> usize {
     let mut conn = node.connection().expect("inspect node");
@@ -54,22 +75,9 @@ async fn a_release_by_another_process_wakes_the_waiter_at_once() {
     let waiter_lock = slow_polling_lock(&testbed);
     let holder = holder_lock.try_acquire("job").await.expect("holder");
 
-    let waiter = {
-        let lock = waiter_lock.clone();
-        tokio::spawn(async move { lock.acquire("job", Duration::from_secs(120)).await })
-    };
+    let waiter = spawn_waiter(&waiter_lock, "job");
     // The waiter failed once and subscribed on every node.
-    common::wait_for(
-        "the waiter to subscribe on every node",
-        Duration::from_secs(5),
-        || {
-            testbed
-                .nodes()
-                .iter()
-                .all(|n| subscribers_on(n, "job") == 1)
-        },
-    )
-    .await;
+    wait_subscribed(&testbed, "job", 1, "the waiter to subscribe on every node").await;
     holder.release().await;
     // Its backoff is 60 s and the holder's TTL 30 s: only a notice ends
     // the wait within this bound.
@@ -86,17 +94,7 @@ async fn a_release_by_another_process_wakes_the_waiter_at_once() {
     assert!(stats.attempts >= 2, "{stats:?}");
     guard.release().await;
     // The last waiter left: its subscriptions are gone on every node.
-    common::wait_for(
-        "the subscriptions to be dropped",
-        Duration::from_secs(5),
-        || {
-            testbed
-                .nodes()
-                .iter()
-                .all(|n| subscribers_on(n, "job") == 0)
-        },
-    )
-    .await;
+    wait_subscribed(&testbed, "job", 0, "the subscriptions to be dropped").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,39 +210,22 @@ async fn a_waiter_that_gives_up_or_is_dropped_unsubscribes() {
     // Gives up when its budget is spent.
     let refused = lock.acquire("busy", Duration::from_millis(300)).await;
     assert!(refused.is_err());
-    common::wait_for(
+    wait_subscribed(
+        &testbed,
+        "busy",
+        0,
         "the subscription of a waiter that gave up to go",
-        Duration::from_secs(5),
-        || {
-            testbed
-                .nodes()
-                .iter()
-                .all(|n| subscribers_on(n, "busy") == 0)
-        },
     )
     .await;
     // Dropped while waiting (e.g. a select! that took another branch).
-    let waiting = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.acquire("busy", Duration::from_secs(120)).await })
-    };
-    common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
-        testbed
-            .nodes()
-            .iter()
-            .all(|n| subscribers_on(n, "busy") == 1)
-    })
-    .await;
+    let waiting = spawn_waiter(&lock, "busy");
+    wait_subscribed(&testbed, "busy", 1, "the waiter to subscribe").await;
     waiting.abort();
-    common::wait_for(
+    wait_subscribed(
+        &testbed,
+        "busy",
+        0,
         "the dropped waiter's subscription to go",
-        Duration::from_secs(5),
-        || {
-            testbed
-                .nodes()
-                .iter()
-                .all(|n| subscribers_on(n, "busy") == 0)
-        },
     )
     .await;
     holder.release().await;
@@ -257,17 +238,8 @@ async fn the_subscriber_comes_back_after_its_node_restarts() {
     let holder_lock = common::connected(common::lock(&testbed)).await;
     let lock = slow_polling_lock(&testbed);
     let holder = holder_lock.try_acquire("restarting").await.expect("holder");
-    let waiter = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.acquire("restarting", Duration::from_secs(120)).await })
-    };
-    common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
-        testbed
-            .nodes()
-            .iter()
-            .all(|n| subscribers_on(n, "restarting") == 1)
-    })
-    .await;
+    let waiter = spawn_waiter(&lock, "restarting");
+    wait_subscribed(&testbed, "restarting", 1, "the waiter to subscribe").await;
     // The holder must keep a quorum without node 0, which comes back empty
     // (an immediate restart without persistence; DESIGN.md rule 8 would
     // keep it out for a TTL): wait until all three carry its key.
@@ -307,17 +279,8 @@ async fn a_release_hands_the_lock_to_the_next_waiter_of_the_same_lock_service() 
     let testbed = Testbed::start(3).expect("testbed");
     let lock = common::connected(slow_polling_lock(&testbed)).await;
     let holder = lock.try_acquire("baton").await.expect("holder");
-    let waiter = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.acquire("baton", Duration::from_secs(120)).await })
-    };
-    common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
-        testbed
-            .nodes()
-            .iter()
-            .all(|n| subscribers_on(n, "baton") == 1)
-    })
-    .await;
+    let waiter = spawn_waiter(&lock, "baton");
+    wait_subscribed(&testbed, "baton", 1, "the waiter to subscribe").await;
     let report = holder.release().await;
     assert!(report.released >= 2, "{report:?}");
     let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
@@ -350,17 +313,8 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
     .await;
     for _ in 0..3 {
         let holder = lock.try_acquire("dropped").await.expect("holder");
-        let waiter = {
-            let lock = lock.clone();
-            tokio::spawn(async move { lock.acquire("dropped", Duration::from_secs(120)).await })
-        };
-        common::wait_for("the waiter to subscribe", Duration::from_secs(5), || {
-            testbed
-                .nodes()
-                .iter()
-                .all(|n| subscribers_on(n, "dropped") == 1)
-        })
-        .await;
+        let waiter = spawn_waiter(&lock, "dropped");
+        wait_subscribed(&testbed, "dropped", 1, "the waiter to subscribe").await;
         // Nodes 1 and 2 are paused: the handoff round cannot be decided
         // before the node timeout, and the waiter is dropped while it is in
         // flight.

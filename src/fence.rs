@@ -109,11 +109,12 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::clock::Stamp;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
-use crate::fanout::fan_out;
+use crate::fanout::{End, QuorumRound, fan_out};
 use crate::guard::lease_error;
 use crate::lease::{HeldLock, Lease};
-use crate::quorum::{Decision, Tally, Vote};
+use crate::quorum::{Decision, Vote};
 use crate::stats::bump;
 
 /// What was read from one node: each name's counter (`None`: absent), or
@@ -248,38 +249,32 @@ async fn establish(lease: &Arc<Lease>) -> Result<u64, Error> {
                 key: lease.name.to_string(),
                 required: majority(n),
                 confirmed: 0,
-                nodes: lock.outcome_reports(outcomes, end == crate::fanout::End::DeadlinePassed),
+                nodes: lock.outcome_reports(outcomes, end == End::DeadlinePassed),
             });
         }
     }
     let token = next_token(&reads);
 
-    let mut tally = Tally::new(n, majority(n));
-    let mut votes = vec![None; n];
-    let mut errors: Vec<Option<NodeError>> = vec![None; n];
+    let mut round = QuorumRound::new(n, majority(n), Stamp::now());
     let (end, unfinished) = fan_out(
         n,
         Instant::now() + config.node_timeout,
         |i| lock.nodes[i].raise_fence(lease.hold.clone(), token),
         |i, reply| {
-            let vote = match reply {
-                Ok(true) => Vote::Won,
-                Ok(false) => Vote::Contended,
-                Err(e) => {
-                    errors[i] = Some(e);
-                    Vote::Failed
-                }
-            };
-            tally.record(vote);
-            votes[i] = Some(vote);
-            tally.decision() != Decision::Pending
+            round.record(
+                i,
+                reply,
+                |ours| if *ours { Vote::Won } else { Vote::Contended },
+            )
         },
     )
     .await;
+    round.finish(end);
     // The other nodes get the raise too: later readers then find more
     // nodes up to date.
     unfinished.finish_in_background(config.connect_timeout + config.node_timeout, "fence");
 
+    let tally = round.tally;
     let state = lease.state();
     if tally.decision() == Decision::Won && state.is_held() {
         drop(state);
@@ -287,7 +282,7 @@ async fn establish(lease: &Arc<Lease>) -> Result<u64, Error> {
         tracing::debug!(key = %lease.name, token, confirmed = tally.won(), "fencing token");
         return Ok(token);
     }
-    let nodes = lock.vote_reports(&votes, &errors, end == crate::fanout::End::DeadlinePassed);
+    let nodes = lock.reports(&mut round.replies, end);
     if tally.contention_rules_out_quorum() {
         lease.end(state, LostReason::KeysGone(nodes));
         return Err(lease_error(lease));

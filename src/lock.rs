@@ -644,7 +644,13 @@ impl LockShared {
     /// Sends the release script to every node and waits for each answer up
     /// to the node timeout.
     pub(crate) async fn release_everywhere(&self, hold: &HoldId) -> ReleaseReport {
-        if let Some(next) = self.wake.take_handoff(&hold.keys) {
+        // Only over connections that are up: a handoff call still waiting
+        // for its connection could be sent after the waiter's rollback and
+        // take the name for nobody (DESIGN.md rule 5). The waiter then
+        // retries on the release notice instead.
+        if self.nodes.iter().all(|n| n.is_connected())
+            && let Some(next) = self.wake.take_handoff(&hold.keys)
+        {
             // Stamped before anything is sent: the waiter's validity counts
             // from here.
             if next
@@ -656,45 +662,23 @@ impl LockShared {
             }
         }
         bump(&self.counters.released);
-        let n = self.nodes.len();
-        let mut report = ReleaseReport {
-            released: 0,
-            kept: 0,
-            not_held: 0,
-            failed: Vec::new(),
-            was_held: false,
-        };
-        let mut answered = vec![false; n];
+        let mut tally = ReleaseTally::new(self.nodes.len());
         let (end, unfinished) = fan_out_announcing(
-            n,
+            self.nodes.len(),
             Instant::now() + self.config.node_timeout,
             |i| self.nodes[i].release(hold.clone(), true),
             // Queued on every node: a waiter of this lock service may
             // attempt now, its requests run after the release.
             || self.wake.released(&hold.keys),
             |i, reply| {
-                answered[i] = true;
-                match reply {
-                    Ok(ReleaseReply::Freed) => report.released += 1,
-                    Ok(ReleaseReply::Kept) => {
-                        report.released += 1;
-                        report.kept += 1;
-                    }
-                    Ok(ReleaseReply::NotOurs) => report.not_held += 1,
-                    Err(e) => report.failed.push(e),
-                }
+                tally.record(i, reply);
                 false
             },
         )
         .await;
         // A release must reach every node, also one slower than the deadline.
         unfinished.finish_in_background(self.background_bound(), "release");
-        if end == End::DeadlinePassed {
-            for (node, _) in self.nodes.iter().zip(&answered).filter(|(_, a)| !**a) {
-                report.failed.push(self.timeout_error(node));
-            }
-        }
-        report
+        tally.finish(self, end)
     }
 
     /// [`release_everywhere`](Self::release_everywhere) that takes the name
@@ -705,14 +689,7 @@ impl LockShared {
         bump(&self.counters.handoffs);
         let n = self.nodes.len();
         let ttl_ms = ttl_millis(self.config.ttl);
-        let mut report = ReleaseReport {
-            released: 0,
-            kept: 0,
-            not_held: 0,
-            failed: Vec::new(),
-            was_held: false,
-        };
-        let mut answered = vec![false; n];
+        let mut tally = ReleaseTally::new(n);
         let mut waiter_gone = false;
         let events = &next.events;
         let (end, unfinished) = fan_out(
@@ -720,36 +697,19 @@ impl LockShared {
             Instant::now() + self.config.node_timeout,
             |i| self.nodes[i].handoff(hold.clone(), next.hold.clone(), ttl_ms),
             |i, reply| {
-                answered[i] = true;
-                let forward = match reply {
-                    Ok((released, acquired)) => {
-                        match released {
-                            ReleaseReply::Freed => report.released += 1,
-                            ReleaseReply::Kept => {
-                                report.released += 1;
-                                report.kept += 1;
-                            }
-                            ReleaseReply::NotOurs => report.not_held += 1,
-                        }
-                        Ok(acquired)
-                    }
-                    Err(e) => {
-                        report.failed.push(e.clone());
-                        Err(e)
-                    }
+                let (released, acquired) = match reply {
+                    Ok((released, acquired)) => (Ok(released), Ok(acquired)),
+                    Err(e) => (Err(e.clone()), Err(e)),
                 };
-                waiter_gone |= events.send(HandoffEvent::Reply(i, forward)).is_err();
+                tally.record(i, released);
+                waiter_gone |= events.send(HandoffEvent::Reply(i, acquired)).is_err();
                 false
             },
         )
         .await;
         unfinished.finish_in_background(self.background_bound(), "release");
         waiter_gone |= events.send(HandoffEvent::Ended(end)).is_err();
-        if end == End::DeadlinePassed {
-            for (node, _) in self.nodes.iter().zip(&answered).filter(|(_, a)| !**a) {
-                report.failed.push(self.timeout_error(node));
-            }
-        }
+        let report = tally.finish(self, end);
         if waiter_gone {
             // The waiter stopped waiting before it could decide (its future
             // was dropped): nobody owns what was taken for it. Give it back,
@@ -860,6 +820,52 @@ impl From<AcquireReply> for NodeOutcome {
             AcquireReply::Won { .. } => NodeOutcome::Won,
             AcquireReply::Held { pttl } => NodeOutcome::HeldByOther { pttl },
         }
+    }
+}
+
+/// A release round's answers, counted into its report.
+struct ReleaseTally {
+    report: ReleaseReport,
+    answered: Vec<bool>,
+}
+
+impl ReleaseTally {
+    fn new(n: usize) -> ReleaseTally {
+        ReleaseTally {
+            report: ReleaseReport {
+                released: 0,
+                kept: 0,
+                not_held: 0,
+                failed: Vec::new(),
+                was_held: false,
+            },
+            answered: vec![false; n],
+        }
+    }
+
+    fn record(&mut self, i: usize, reply: Result<ReleaseReply, NodeError>) {
+        self.answered[i] = true;
+        let report = &mut self.report;
+        match reply {
+            Ok(ReleaseReply::Freed) => report.released += 1,
+            Ok(ReleaseReply::Kept) => {
+                report.released += 1;
+                report.kept += 1;
+            }
+            Ok(ReleaseReply::NotOurs) => report.not_held += 1,
+            Err(e) => report.failed.push(e),
+        }
+    }
+
+    /// The report; nodes that did not answer by the deadline count as
+    /// timed out.
+    fn finish(mut self, lock: &LockShared, end: End) -> ReleaseReport {
+        if end == End::DeadlinePassed {
+            for (node, _) in lock.nodes.iter().zip(&self.answered).filter(|(_, a)| !**a) {
+                self.report.failed.push(lock.timeout_error(node));
+            }
+        }
+        self.report
     }
 }
 

@@ -118,6 +118,14 @@ impl Node {
         &self.name
     }
 
+    /// Whether the node's connection is up (commands queue on first poll).
+    pub(crate) fn is_connected(&self) -> bool {
+        matches!(
+            *self.slot.lock().unwrap_or_else(PoisonError::into_inner),
+            Slot::Ready { .. }
+        )
+    }
+
     /// The client, for connections of other kinds (the wake-up subscriber).
     pub(crate) fn client(&self) -> &Client {
         &self.client
@@ -199,8 +207,12 @@ impl Node {
     {
         let node = Arc::clone(self);
         async move {
-            let reply = node
-                .eval(&scripts::HANDOFF, |cmd| {
+            // Never resent: a resend on a new connection could run after the
+            // waiter's rollback (sent on that connection too) and take the
+            // name for a waiter that gave up. A plain release of our own hold
+            // is sent instead: a release cannot be overtaken by anything.
+            let reply = match node
+                .eval_with(&scripts::HANDOFF, Resend::Never, |cmd| {
                     with_fences(cmd, &from.keys);
                     cmd.arg(&*from.token)
                         .arg(&*from.entry)
@@ -208,7 +220,16 @@ impl Node {
                         .arg(&*to.entry)
                         .arg(ttl_ms);
                 })
-                .await?;
+                .await
+            {
+                Ok(reply) => reply,
+                Err(e) => {
+                    if e.kind() == NodeErrorKind::Unreachable {
+                        let _ = node.release(from, true).await;
+                    }
+                    return Err(e);
+                }
+            };
             let Value::Array(items) = reply else {
                 return Err(node.unexpected(reply));
             };
@@ -386,13 +407,24 @@ impl Node {
         script: &Script,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
+        self.eval_with(script, Resend::AfterReconnect, args).await
+    }
+
+    /// [`eval`](Self::eval), choosing whether a call that met a dead
+    /// connection is sent again on a new one.
+    async fn eval_with(
+        self: &Arc<Self>,
+        script: &Script,
+        resend: Resend,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, NodeError> {
         let build = |verb: &str, script_ref: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(script_ref);
             args(&mut cmd);
             cmd
         };
-        self.counted(self.reconnecting(|conn, generation| async move {
+        self.counted(self.reconnecting(resend, |conn, generation| async move {
             let mut conn = conn;
             match self
                 .send(&mut conn, generation, &build("EVALSHA", &script.sha))
@@ -411,9 +443,11 @@ impl Node {
     /// Sends a plain command (no script).
     async fn query(self: &Arc<Self>, build: impl Fn() -> Cmd) -> Result<Value, NodeError> {
         let build = &build;
-        self.counted(self.reconnecting(|mut conn, generation| async move {
-            self.send(&mut conn, generation, &build()).await
-        }))
+        self.counted(
+            self.reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
+                self.send(&mut conn, generation, &build()).await
+            }),
+        )
         .await
     }
 
@@ -434,7 +468,11 @@ impl Node {
     /// once more. That cannot reorder anything: a closed socket runs no
     /// further commands on the server, and each script is idempotent for
     /// one hold (entry id).
-    async fn reconnecting<F, Fut>(self: &Arc<Self>, call: F) -> Result<Value, NodeError>
+    async fn reconnecting<F, Fut>(
+        self: &Arc<Self>,
+        resend: Resend,
+        call: F,
+    ) -> Result<Value, NodeError>
     where
         F: Fn(MultiplexedConnection, u64) -> Fut,
         Fut: Future<Output = Result<Value, RedisError>>,
@@ -443,7 +481,13 @@ impl Node {
         loop {
             let (conn, generation) = self.connection().await?;
             match call(conn, generation).await {
-                Err(e) if e.is_connection_dropped() && !reconnected => reconnected = true,
+                Err(e)
+                    if e.is_connection_dropped()
+                        && !reconnected
+                        && resend == Resend::AfterReconnect =>
+                {
+                    reconnected = true
+                }
                 result => return result.map_err(|e| self.error(&e)),
             }
         }
@@ -561,6 +605,13 @@ impl Node {
     fn error(&self, e: &RedisError) -> NodeError {
         NodeError::new(&self.name, classify(e), e.to_string())
     }
+}
+
+/// Whether a call that met a dead connection is sent again on a new one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    AfterReconnect,
+    Never,
 }
 
 /// `numkeys` and the lock keys of a script that touches only those.

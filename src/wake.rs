@@ -232,7 +232,7 @@ impl Wake {
         }
     }
 
-    fn register(&self, keys: &KeySet, counters: &Counters) -> Registration<'_> {
+    fn register(&self, keys: &Arc<KeySet>, counters: &Counters) -> Registration<'_> {
         let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         let mut notices = Vec::with_capacity(keys.len());
         let mut turn = None;
@@ -259,7 +259,7 @@ impl Wake {
         }
         Registration {
             wake: self,
-            keys: Arc::new(keys.names().to_vec()),
+            keys: Arc::clone(keys),
             notices,
             turn: turn.unwrap_or_default(),
         }
@@ -295,14 +295,14 @@ pub(crate) struct Waiter<'a> {
 
 struct Registration<'a> {
     wake: &'a Wake,
-    keys: Arc<Vec<Arc<str>>>,
+    keys: Arc<KeySet>,
     notices: Vec<watch::Receiver<Box<[u64]>>>,
     turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.wake.unregister(&self.keys);
+        self.wake.unregister(self.keys.names());
     }
 }
 

@@ -320,8 +320,16 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
         // flight.
         testbed.node_mut(1).pause().expect("pause");
         testbed.node_mut(2).pause().expect("pause");
+        let handoffs = lock.stats().handoffs;
         let release = tokio::spawn(holder.release());
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The release took the waiter's offer and its round is in flight
+        // (it cannot end before the node timeout: two nodes are paused).
+        common::wait_for(
+            "the release to start the handoff",
+            Duration::from_secs(5),
+            || lock.stats().handoffs > handoffs,
+        )
+        .await;
         waiter.abort();
         assert!(waiter.await.is_err_and(|e| e.is_cancelled()));
         testbed.node_mut(1).resume().expect("resume");
@@ -331,7 +339,8 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
         common::wait_until_gone(&testbed, "dropped", "handoff rolled back").await;
     }
     let stats = lock.stats();
-    assert!(stats.handoffs >= 1, "{stats:?}");
+    assert_eq!(stats.handoffs, 3, "{stats:?}");
+    assert_eq!(stats.acquired, 3, "only the holders: {stats:?}");
     lock.try_acquire("dropped")
         .await
         .expect("free at once")

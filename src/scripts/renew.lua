@@ -3,13 +3,15 @@
 -- ARGV: per guard, four values: owner token, entry id, TTL in ms, and how
 --       many of KEYS are its keys.
 -- Reply: one integer per guard:
---   1  every key carried our token: TTL raised to at least the TTL
+--   1  every key carried our hold: TTL raised to at least the TTL
 --   2  as 1, but some key was absent (node restarted empty, failover) and
---      was re-taken with our token and entry: "healed"
+--      was re-taken with our token and entry, or lacked our entry: "healed"
 --   0  some key is held by another owner: nothing written for this guard
 --  -1  some key holds a value of another type: nothing written
--- HGET runs under pcall so that one wrong-typed key cannot fail the renewal
--- of every other guard in the batch.
+-- HMGET runs under pcall so that one wrong-typed key cannot fail the
+-- renewal of every other guard in the batch. A key that already carries our
+-- hold is only given its TTL (no write to the hash): the common case costs
+-- HMGET, PTTL and at most a PEXPIRE.
 local out = {}
 local k = 1
 local a = 1
@@ -17,27 +19,43 @@ while a <= #ARGV do
   local token, entry = ARGV[a], ARGV[a + 1]
   local ttl, n = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local code = 1
+  -- Per key: 'ok' (ours, entry present), 'entry' (ours, entry missing),
+  -- 'absent' (re-take).
+  local state = {}
   for i = k, k + n - 1 do
-    local owner = redis.pcall('HGET', KEYS[i], 'owner')
-    if type(owner) == 'table' and owner.err then
+    local found = redis.pcall('HMGET', KEYS[i], 'owner', entry)
+    if found.err then
       code = -1
       break
-    elseif owner == false then
+    elseif found[1] == false then
       if redis.call('EXISTS', KEYS[i]) == 1 then
         code = 0
         break
       end
+      state[i] = 'absent'
       code = 2
-    elseif owner ~= token then
+    elseif found[1] ~= token then
       code = 0
       break
+    elseif found[2] == false then
+      state[i] = 'entry'
+      code = 2
+    else
+      state[i] = 'ok'
     end
   end
   if code > 0 then
     for i = k, k + n - 1 do
-      redis.call('HSET', KEYS[i], 'owner', token, entry, 1)
-      if redis.call('PTTL', KEYS[i]) < ttl then
+      if state[i] == 'absent' then
+        redis.call('HSET', KEYS[i], 'owner', token, entry, 1)
         redis.call('PEXPIRE', KEYS[i], ttl)
+      else
+        if state[i] == 'entry' then
+          redis.call('HSET', KEYS[i], entry, 1)
+        end
+        if redis.call('PTTL', KEYS[i]) < ttl then
+          redis.call('PEXPIRE', KEYS[i], ttl)
+        end
       end
     end
   end

@@ -42,6 +42,7 @@
 #![warn(missing_docs)]
 
 mod binary;
+pub mod chaos;
 mod error;
 mod node;
 mod options;

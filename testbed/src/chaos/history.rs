@@ -1,0 +1,268 @@
+//! The history of a chaos run: one JSON line per event, stamped with
+//! `CLOCK_MONOTONIC`, which every process on the machine shares, so the
+//! lines of all workers and of the fault injector merge into one timeline.
+//!
+//! Each process appends to its own file with one `write` per line, so a
+//! worker killed with `SIGKILL` loses nothing it had already logged. The
+//! run merges the files into `history.jsonl`, sorted by time.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write as _};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds on `CLOCK_MONOTONIC`, shared by every process of a run.
+pub type Nanos = u64;
+
+/// The current time on `CLOCK_MONOTONIC`, in nanoseconds.
+pub fn now() -> Nanos {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    // The kernel never returns negative fields for this clock.
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One line of the history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// When it happened (`CLOCK_MONOTONIC`, ns).
+    pub t: Nanos,
+    /// Who logged it: a worker id such as `w3`, or `chaos` for the injector.
+    pub src: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// Which protected value a [`What::Write`] went to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// The fenced counter: reads and writes carry the fencing token and the
+    /// resource refuses a token below the largest it has seen.
+    Fenced,
+    /// The plain counter: `GET` then `SET`, protected by the lock alone.
+    Unfenced,
+}
+
+/// The kinds of event. Holds are named by `hold`, unique in the run
+/// (`<worker>-<sequence>`); an attempt that wins keeps its id as the hold id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum What {
+    /// A worker process started.
+    WorkerStart {
+        /// Its pid.
+        pid: u32,
+    },
+    /// An acquire call is about to be made.
+    AcquireStart {
+        /// The lock name.
+        key: String,
+        /// The attempt's id (the hold id if it wins).
+        hold: String,
+    },
+    /// The acquire returned a guard. Stamped after it returned.
+    Won {
+        /// The lock name.
+        key: String,
+        /// The hold id.
+        hold: String,
+        /// The guard's validity deadline at that moment (`now + validity`).
+        deadline: Nanos,
+        /// Indexes (0-based, configuration order) of the nodes held.
+        nodes: Vec<usize>,
+    },
+    /// The acquire returned an error.
+    Failed {
+        /// The lock name.
+        key: String,
+        /// The attempt's id.
+        hold: String,
+        /// The error, as displayed.
+        error: String,
+    },
+    /// The hold's fencing token.
+    Token {
+        /// The lock name.
+        key: String,
+        /// The hold id.
+        hold: String,
+        /// The token.
+        token: u64,
+    },
+    /// The fencing token could not be established; the hold writes nothing
+    /// to the fenced counter.
+    TokenFailed {
+        /// The lock name.
+        key: String,
+        /// The hold id.
+        hold: String,
+        /// The error, as displayed.
+        error: String,
+    },
+    /// The watchdog renewed the hold: its deadline moved.
+    Renew {
+        /// The lock name.
+        key: String,
+        /// The hold id.
+        hold: String,
+        /// The new validity deadline.
+        deadline: Nanos,
+    },
+    /// The guard reported the lock lost (before its deadline).
+    Lost {
+        /// The lock name.
+        key: String,
+        /// The hold id.
+        hold: String,
+        /// The deadline the hold had when the loss was reported.
+        deadline: Nanos,
+        /// The loss notice, as displayed.
+        reason: String,
+    },
+    /// The holder stops working under the lock and calls release. Stamped
+    /// before the release is sent.
+    Release {
+        /// The lock name.
+        key: String,
+        /// The hold id.
+        hold: String,
+        /// The validity deadline at that moment.
+        deadline: Nanos,
+        /// Whether the guard still believed it held the lock.
+        held: bool,
+    },
+    /// One read-modify-write on a protected counter, logged when the write
+    /// (or the fenced read) was answered.
+    Write {
+        /// The lock name (each name protects its own pair of counters).
+        key: String,
+        /// The hold id.
+        hold: String,
+        /// Which counter.
+        target: Target,
+        /// The fencing token sent, for the fenced counter.
+        token: Option<u64>,
+        /// The value read (`None` if a fenced read was refused).
+        read: Option<u64>,
+        /// The value written (`read + 1`), `None` if nothing was written.
+        wrote: Option<u64>,
+        /// Whether the resource stored it.
+        accepted: bool,
+        /// For a refused fenced read or write: the largest token the
+        /// resource had seen.
+        last: Option<u64>,
+    },
+    /// A fault began.
+    FaultStart {
+        /// Its id in this run.
+        fault: u32,
+        /// Its kind, e.g. `node_pause` (see the chaos module).
+        kind: String,
+        /// What it hit: `n3`, `w2`, `n5:master`, ...
+        target: String,
+        /// Human-readable parameters (`delay 40ms ±20ms`, `rate 1.015`).
+        detail: String,
+    },
+    /// A fault ended (the node is back, the link healed, ...).
+    FaultEnd {
+        /// The id from its [`What::FaultStart`].
+        fault: u32,
+    },
+    /// What the run found on the nodes and the resource once it was quiet.
+    Final {
+        /// Per lock name: the fenced counter's value.
+        fenced: Vec<(String, u64)>,
+        /// Per lock name: the unfenced counter's value.
+        unfenced: Vec<(String, u64)>,
+        /// Lock keys still on a node after the quiet period, as
+        /// `n<i>:<key>` (fencing counters excluded: they never expire).
+        keys_left: Vec<String>,
+    },
+    /// Free-form progress note (phase changes, control steps).
+    Note {
+        /// The text.
+        text: String,
+    },
+}
+
+/// Appends events to one process's history file, one `write` per line.
+/// Cheap to clone; clones share the file.
+#[derive(Clone, Debug)]
+pub struct HistoryWriter {
+    src: Arc<str>,
+    file: Arc<Mutex<File>>,
+}
+
+impl HistoryWriter {
+    /// Creates (or appends to) `path`; events are logged as `src`.
+    pub fn create(path: &Path, src: &str) -> io::Result<HistoryWriter> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(HistoryWriter {
+            src: Arc::from(src),
+            file: Arc::new(Mutex::new(file)),
+        })
+    }
+
+    /// Logs `what` stamped now.
+    pub fn log(&self, what: What) -> io::Result<()> {
+        self.log_at(now(), what)
+    }
+
+    /// Logs `what` with a stamp taken earlier.
+    pub fn log_at(&self, t: Nanos, what: What) -> io::Result<()> {
+        let event = Event {
+            t,
+            src: self.src.to_string(),
+            what,
+        };
+        let mut line = serde_json::to_vec(&event).map_err(io::Error::other)?;
+        line.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.write_all(&line)
+    }
+}
+
+/// Reads a history file. A torn last line (a process killed mid-write) is
+/// skipped; any other bad line is an error naming its number.
+pub fn read(path: &Path) -> io::Result<Vec<Event>> {
+    let reader = BufReader::new(File::open(path)?);
+    let lines: Vec<String> = reader.lines().collect::<Result<_, _>>()?;
+    let mut events = Vec::with_capacity(lines.len());
+    let last = lines.len().saturating_sub(1);
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Event>(line) {
+            Ok(event) => events.push(event),
+            Err(_) if i == last => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: line {}: {e}", path.display(), i + 1),
+                ));
+            }
+        }
+    }
+    Ok(events)
+}
+
+/// Merges history files into one list sorted by time (stable for equal
+/// stamps), and writes it to `out` as JSON lines.
+pub fn merge(inputs: &[&Path], out: &Path) -> io::Result<Vec<Event>> {
+    let mut events = Vec::new();
+    for path in inputs {
+        events.extend(read(path)?);
+    }
+    events.sort_by_key(|e| e.t);
+    let mut file = io::BufWriter::new(File::create(out)?);
+    for event in &events {
+        serde_json::to_writer(&mut file, event).map_err(io::Error::other)?;
+        file.write_all(b"\n")?;
+    }
+    file.flush()?;
+    Ok(events)
+}

@@ -1,0 +1,5 @@
+//! The failover chaos suite: a workload of worker processes contending for
+//! a few lock names, faults injected under them, a history of everything
+//! that happened, and a checker that can fail.
+
+pub mod history;

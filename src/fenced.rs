@@ -38,6 +38,33 @@ redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
 return {1, token}
 ";
 
+/// Record `ARGV[1]` as the largest token seen (if it is) and return the
+/// value. Reply: {1, value or false} or {0, last} when a larger token was
+/// seen before.
+const READ: &str = r"
+local last = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+local token = tonumber(ARGV[1])
+if token < last then
+  return {0, last}
+end
+redis.call('HSET', KEYS[1], 'token', ARGV[1])
+return {1, redis.call('HGET', KEYS[1], 'value')}
+";
+
+/// The outcome of [`FencedResource::read_fenced`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Read {
+    /// The token was at least the largest seen; it is now the largest, and
+    /// this is the stored value (`None` before the first write).
+    Value(Option<String>),
+    /// A larger token was seen before: this reader is stale.
+    Rejected {
+        /// The largest token seen so far.
+        last: u64,
+    },
+}
+
 /// The outcome of [`FencedResource::write`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -78,6 +105,15 @@ impl FencedResource {
         })
     }
 
+    /// Uses the hash `key` over an existing connection (it is cloned per
+    /// call, so one connection can serve many resources).
+    pub fn with_connection(conn: MultiplexedConnection, key: &str) -> FencedResource {
+        FencedResource {
+            conn,
+            key: key.to_string(),
+        }
+    }
+
     /// Stores `value` if `token` is at least the last accepted token.
     pub async fn write(&self, token: u64, value: &str) -> Result<Write, RedisError> {
         let mut conn = self.conn.clone();
@@ -93,6 +129,55 @@ impl FencedResource {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), _] => Ok(Write::Accepted),
                 [Value::Int(0), Value::Int(last)] => Ok(Write::Rejected {
+                    last: u64::try_from(*last).unwrap_or(0),
+                }),
+                _ => Err(unexpected(Value::Array(items))),
+            },
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reads the value as the holder of `token`, for a read-modify-write.
+    ///
+    /// The resource remembers `token` as the largest it has seen, so a
+    /// stale holder (smaller token) that read *before* this call can no
+    /// longer write: without that, a stale holder's read-then-write could
+    /// interleave with a newer holder's and one update would be lost even
+    /// though every write carried a valid token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// use quorumlock::fenced::{FencedResource, Read, Write};
+    ///
+    /// let counter = FencedResource::open(&server.urls()[0], "counter").await?;
+    /// // A (token 3) reads, then B (token 4) reads and writes.
+    /// assert_eq!(counter.read_fenced(3).await?, Read::Value(None));
+    /// assert_eq!(counter.read_fenced(4).await?, Read::Value(None));
+    /// assert_eq!(counter.write(4, "1").await?, Write::Accepted);
+    /// // A's late write would lose B's update: refused.
+    /// assert_eq!(counter.write(3, "1").await?, Write::Rejected { last: 4 });
+    /// assert_eq!(counter.read_fenced(3).await?, Read::Rejected { last: 4 });
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn read_fenced(&self, token: u64) -> Result<Read, RedisError> {
+        let mut conn = self.conn.clone();
+        let reply: Value = redis::cmd("EVAL")
+            .arg(READ)
+            .arg(1)
+            .arg(&self.key)
+            .arg(token)
+            .query_async(&mut conn)
+            .await?;
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), Value::Nil] => Ok(Read::Value(None)),
+                [Value::Int(1), Value::BulkString(bytes)] => Ok(Read::Value(Some(
+                    String::from_utf8_lossy(bytes).into_owned(),
+                ))),
+                [Value::Int(0), Value::Int(last)] => Ok(Read::Rejected {
                     last: u64::try_from(*last).unwrap_or(0),
                 }),
                 _ => Err(unexpected(Value::Array(items))),
@@ -117,7 +202,7 @@ impl FencedResource {
 fn unexpected(reply: Value) -> RedisError {
     RedisError::from((
         redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply from the fenced write script",
+        "unexpected reply from a fenced resource script",
         format!("{reply:?}"),
     ))
 }

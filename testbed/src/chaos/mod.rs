@@ -1,5 +1,83 @@
 //! The failover chaos suite: a workload of worker processes contending for
 //! a few lock names, faults injected under them, a history of everything
 //! that happened, and a checker that can fail.
+//!
+//! - [`history`]: the event log (one JSON line per event, `CLOCK_MONOTONIC`).
+//! - [`worker`] / [`workers`]: the client processes and their management.
+//! - [`cluster`]: the lock nodes (behind proxies) and the resource server.
+//! - [`faults`] / [`mix`]: the fault kinds the lock must survive, and the
+//!   run that injects them.
+//! - [`controls`]: deterministic schedules that break the algorithm's
+//!   assumptions on purpose; the checker must catch every one.
+//! - [`checker`] / [`timeline`]: the verdict, `report.json` and
+//!   `timeline.svg`.
 
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub mod checker;
+pub mod cluster;
+pub mod controls;
+pub mod faults;
 pub mod history;
+pub mod mix;
+pub mod timeline;
+pub mod worker;
+pub mod workers;
+
+use checker::{CheckReport, Floors};
+
+/// Why a chaos run could not be carried out (as opposed to a run that
+/// found violations, which is a [`CheckReport`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ChaosError {
+    /// Starting, faulting or inspecting a server failed.
+    #[error(transparent)]
+    Testbed(#[from] crate::TestbedError),
+    /// A file of the run could not be written or read.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A worker process could not be managed.
+    #[error("worker: {0}")]
+    Worker(String),
+    /// A bad setting, named with its value.
+    #[error("{0}")]
+    Options(String),
+    /// A control's schedule did not go as planned (a setup step failed).
+    #[error("control {control}: {step}")]
+    Schedule {
+        /// The control.
+        control: String,
+        /// The step that went wrong.
+        step: String,
+    },
+}
+
+impl ChaosError {
+    /// A closure that wraps an I/O error with `context`, for `map_err`.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> ChaosError {
+        let context = context.into();
+        move |source| ChaosError::Io { context, source }
+    }
+}
+
+/// Merges the run's history files into `dir/history.jsonl`, checks it,
+/// and writes `dir/report.json` and `dir/timeline.svg`.
+pub fn finish(dir: &Path, inputs: &[PathBuf], floors: &Floors) -> Result<CheckReport, ChaosError> {
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).filter(|p| p.exists()).collect();
+    let merged = dir.join("history.jsonl");
+    let events = history::merge(&inputs, &merged)
+        .map_err(ChaosError::io(format!("merging the history into {}", merged.display())))?;
+    let report = checker::check(&events, floors);
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| ChaosError::io("encoding report.json")(io::Error::other(e)))?;
+    std::fs::write(dir.join("report.json"), json).map_err(ChaosError::io("writing report.json"))?;
+    let svg = timeline::render_svg(&events, &report);
+    std::fs::write(dir.join("timeline.svg"), svg).map_err(ChaosError::io("writing timeline.svg"))?;
+    Ok(report)
+}

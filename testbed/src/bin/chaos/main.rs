@@ -1,0 +1,305 @@
+//! `testbed/run chaos`: the failover chaos suite.
+//!
+//! - `chaos [--duration 120s] [--nodes 5] [--seed N] [--faults a,b,…]`
+//!   runs the mix and writes `target/chaos/<run>/history.jsonl`,
+//!   `report.json` and `timeline.svg`, then prints the summary table.
+//! - `chaos control [NAME…]` runs negative controls (all by default); each
+//!   must be caught by the checker.
+//! - `chaos worker …` is one worker process (started by the run).
+//!
+//! Exit status: 0 when the mix passes (or every control is caught), 1 when
+//! it fails or is invalid (coverage below its floors), 2 on bad usage.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use quorumlock_testbed::chaos::checker::{CheckReport, Floors, Verdict, ViolationKind};
+use quorumlock_testbed::chaos::controls::{self, Control};
+use quorumlock_testbed::chaos::faults::{self, FaultKind};
+use quorumlock_testbed::chaos::mix::{self, MixOptions};
+use quorumlock_testbed::chaos::worker::{self, WorkerOptions};
+
+#[derive(Parser, Debug)]
+#[command(name = "chaos", about = "quorumlock's failover chaos suite")]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    mix: MixArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run negative controls (all of them by default).
+    Control {
+        /// Which: single_node_failover, immediate_restart, fast_clocks, client_pause.
+        names: Vec<String>,
+        /// Where runs go (a subdirectory per run).
+        #[arg(long, default_value = "target/chaos")]
+        out: PathBuf,
+    },
+    /// One worker process (started by the run, not by hand).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+struct MixArgs {
+    /// How long faults are injected: 120s, 2m, 90 (seconds).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Lock nodes (at least 3; the last is a master with a replica).
+    #[arg(long, default_value_t = 5)]
+    nodes: usize,
+    /// Seed of every random choice; the default is the current time.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Fault kinds, comma-separated, or `all`.
+    #[arg(long, default_value = "all")]
+    faults: String,
+    /// Worker processes.
+    #[arg(long, default_value_t = 6)]
+    workers: usize,
+    /// Where runs go (a subdirectory per run).
+    #[arg(long, default_value = "target/chaos")]
+    out: PathBuf,
+    /// Coverage floors of the full run: acquisitions (scaled to the
+    /// duration: 125 per second), faults (one per 4 s), every kind given,
+    /// 25% of acquisitions started during a fault. `--no-floors` checks
+    /// safety only.
+    #[arg(long)]
+    no_floors: bool,
+}
+
+#[derive(Args, Debug)]
+struct WorkerArgs {
+    #[arg(long)]
+    id: String,
+    #[arg(long, value_delimiter = ',')]
+    nodes: Vec<String>,
+    #[arg(long)]
+    resource: String,
+    #[arg(long, value_delimiter = ',')]
+    keys: Vec<String>,
+    #[arg(long)]
+    long_key: Option<String>,
+    #[arg(long)]
+    tasks: usize,
+    #[arg(long)]
+    ttl_ms: u64,
+    #[arg(long)]
+    node_timeout_ms: u64,
+    #[arg(long)]
+    drift_factor: f64,
+    #[arg(long)]
+    history: PathBuf,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    pause_before_write: Option<u64>,
+    #[arg(long)]
+    holds_per_task: Option<u64>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => t.split_at(at),
+        None => (t, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("bad duration {text:?}: use e.g. 120s, 2m or 90"))?;
+    match unit {
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "ms" => Ok(Duration::from_millis(n)),
+        _ => Err(format!("bad duration {text:?}: the units are ms, s and m")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Worker(args)) => run_worker(args),
+        Some(Command::Control { names, out }) => run_controls(&names, &out),
+        None => run_mix(cli.mix),
+    }
+}
+
+fn run_worker(args: WorkerArgs) -> ExitCode {
+    let options = WorkerOptions {
+        id: args.id,
+        nodes: args.nodes,
+        resource: args.resource,
+        keys: args.keys,
+        long_key: args.long_key,
+        tasks: args.tasks,
+        ttl: Duration::from_millis(args.ttl_ms),
+        node_timeout: Duration::from_millis(args.node_timeout_ms),
+        drift_factor: args.drift_factor,
+        history: args.history,
+        seed: args.seed,
+        pause_before_write: args.pause_before_write,
+        holds_per_task: args.holds_per_task,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worker: starting a Tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(worker::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn self_exe() -> Result<PathBuf, ExitCode> {
+    std::env::current_exe().map_err(|e| {
+        eprintln!("chaos: cannot find its own binary to start workers: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+fn run_id(prefix: &str, seed: u64) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{prefix}-{secs}-seed{seed}")
+}
+
+fn run_mix(args: MixArgs) -> ExitCode {
+    let kinds = match faults::parse_list(&args.faults) {
+        Ok(kinds) if !kinds.is_empty() => kinds,
+        Ok(_) => {
+            eprintln!("chaos: --faults {:?} names no fault", args.faults);
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("chaos: --faults: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let exe = match self_exe() {
+        Ok(exe) => exe,
+        Err(code) => return code,
+    };
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() % 100_000)
+            .unwrap_or(1)
+    });
+    let dir = args.out.join(run_id("mix", seed));
+    let mut options = MixOptions::new(dir, exe);
+    options.duration = args.duration;
+    options.nodes = args.nodes;
+    options.seed = seed;
+    options.workers = args.workers;
+    options.floors = if args.no_floors {
+        Floors::none()
+    } else {
+        full_run_floors(args.duration, &kinds)
+    };
+    options.faults = kinds;
+    match mix::run(&options) {
+        Ok(outcome) => {
+            println!("{}", outcome.report.summary_table());
+            println!("files: {}/{{history.jsonl,report.json,timeline.svg}}", outcome.dir.display());
+            if outcome.report.verdict == Verdict::Pass {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The targets for the full 120 s run, scaled to the duration.
+fn full_run_floors(duration: Duration, kinds: &[FaultKind]) -> Floors {
+    let secs = duration.as_secs_f64();
+    Floors {
+        min_acquisitions: (125.0 * secs) as u64,
+        min_faults: (secs / 4.0) as u64,
+        required_kinds: kinds.iter().map(|k| k.name().to_string()).collect(),
+        min_during_fault_ratio: 0.25,
+        unfenced_is_protected: false,
+    }
+}
+
+fn run_controls(names: &[String], out: &std::path::Path) -> ExitCode {
+    let chosen: Vec<Control> = if names.is_empty() || names.iter().any(|n| n == "all") {
+        Control::ALL.to_vec()
+    } else {
+        match names.iter().map(|n| n.parse()).collect::<Result<Vec<Control>, _>>() {
+            Ok(list) => list,
+            Err(e) => {
+                eprintln!("chaos: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let exe = match self_exe() {
+        Ok(exe) => exe,
+        Err(code) => return code,
+    };
+    let mut all_caught = true;
+    println!("{:<22} {:>7}  {:<8} {}", "control", "took", "caught", "violations");
+    for control in chosen {
+        let dir = out.join(run_id(&format!("control-{}", control.name()), 0));
+        match controls::run(control, &dir, &exe) {
+            Ok(outcome) => {
+                all_caught &= outcome.caught;
+                println!(
+                    "{:<22} {:>6.1}s  {:<8} {}   ({})",
+                    control.name(),
+                    outcome.took.as_secs_f64(),
+                    if outcome.caught { "yes" } else { "NO" },
+                    violations_line(&outcome.report),
+                    outcome.dir.display()
+                );
+            }
+            Err(e) => {
+                all_caught = false;
+                println!("{:<22} {:>7}  {:<8} {e}", control.name(), "-", "ERROR");
+            }
+        }
+    }
+    if all_caught {
+        println!("every control was caught");
+        ExitCode::SUCCESS
+    } else {
+        println!("a control came back clean or could not run: the checker proves nothing");
+        ExitCode::FAILURE
+    }
+}
+
+/// `overlap 1, token_regression 1` — the kinds found, with counts.
+fn violations_line(report: &CheckReport) -> String {
+    let found: Vec<String> = ViolationKind::ALL
+        .into_iter()
+        .filter(|k| report.count(*k) > 0)
+        .map(|k| format!("{} {}", k.name(), report.count(k)))
+        .collect();
+    if found.is_empty() {
+        "none".to_string()
+    } else {
+        found.join(", ")
+    }
+}

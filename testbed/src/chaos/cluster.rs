@@ -1,0 +1,225 @@
+//! The servers of a chaos run: N lock nodes, each behind its own proxy,
+//! and one resource server for the protected counters (never faulted).
+//!
+//! The nodes differ in how they can fail, so every crash kind has a node
+//! where it is safe by the algorithm's rules:
+//! - the first ⌊(N−1)/2⌋ nodes persist with `appendfsync always` (crash and
+//!   restart at once);
+//! - the last node is a master with an async replica (failover);
+//! - the others keep nothing (crash, then restart empty after the TTL).
+//!
+//! Every lock node runs with the fake wall clock, so its clock can run fast
+//! or step. Clients reach node `i` only through `proxies[i]`, so a failover
+//! moves the node's address by pointing the proxy at the promoted replica.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+
+use crate::{
+    NetFault, NodeOptions, Persistence, Proxy, RedisNode, ReplicaPair, TestbedError,
+    redis_server_binary,
+};
+
+/// How a lock node persists, which decides the crash it gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `appendfsync always`: crash and restart at once.
+    Aof,
+    /// No persistence: crash, then restart empty after the TTL.
+    Volatile,
+    /// Master with an async replica: failover.
+    Replicated,
+}
+
+/// The process(es) behind one lock node.
+#[derive(Debug)]
+pub enum Backing {
+    /// One server.
+    Single(RedisNode),
+    /// A master and its replica.
+    Pair(ReplicaPair),
+}
+
+impl Backing {
+    /// The server clients reach now (the master of a pair).
+    pub fn serving(&self) -> &RedisNode {
+        match self {
+            Backing::Single(node) => node,
+            Backing::Pair(pair) => pair.master(),
+        }
+    }
+
+    /// See [`serving`](Self::serving).
+    pub fn serving_mut(&mut self) -> &mut RedisNode {
+        match self {
+            Backing::Single(node) => node,
+            Backing::Pair(pair) => pair.master_mut(),
+        }
+    }
+}
+
+/// One lock node: its role and its servers. Locked by the fault lane that
+/// is hitting it, so two lanes never fault one node at once.
+#[derive(Debug)]
+pub struct Slot {
+    /// Its index in the lock configuration.
+    pub index: usize,
+    /// How it persists.
+    pub role: Role,
+    /// Its servers.
+    pub backing: Backing,
+}
+
+/// The servers of a run. Dropping it stops every process and proxy.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Per lock node, the proxy clients connect through.
+    pub proxies: Vec<Proxy>,
+    /// Per lock node, its servers.
+    pub slots: Vec<Mutex<Slot>>,
+    /// The server of the protected counters.
+    pub resource: RedisNode,
+    // Declared last: dropped after the servers that live in it.
+    _root: tempfile::TempDir,
+}
+
+/// The role of node `i` of `n` (see the module docs).
+pub fn role_of(i: usize, n: usize) -> Role {
+    if i + 1 == n {
+        Role::Replicated
+    } else if i < (n - 1) / 2 {
+        Role::Aof
+    } else {
+        Role::Volatile
+    }
+}
+
+fn addr_of(node: &RedisNode) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, node.port()))
+}
+
+impl Cluster {
+    /// Starts `n` lock nodes (n ≥ 3) with their proxies, and the resource
+    /// server.
+    pub fn start(n: usize) -> Result<Cluster, TestbedError> {
+        let binary = redis_server_binary()?;
+        let root = tempfile::Builder::new()
+            .prefix("quorumlock-chaos-")
+            .tempdir()
+            .map_err(TestbedError::io("creating the chaos temporary directory"))?;
+        let mut resource = RedisNode::new(
+            root.path().join("resource"),
+            binary.clone(),
+            NodeOptions::default(),
+        )?;
+        resource.start()?;
+        let started: Vec<Result<Backing, TestbedError>> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let binary = binary.clone();
+                    let dir = root.path().join(format!("n{i}"));
+                    scope.spawn(move || start_backing(&dir, binary, role_of(i, n)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut slots = Vec::with_capacity(n);
+        let mut proxies = Vec::with_capacity(n);
+        for (i, backing) in started.into_iter().enumerate() {
+            let backing = backing?;
+            proxies.push(Proxy::start(addr_of(backing.serving()))?);
+            slots.push(Mutex::new(Slot {
+                index: i,
+                role: role_of(i, n),
+                backing,
+            }));
+        }
+        Ok(Cluster {
+            proxies,
+            slots,
+            resource,
+            _root: root,
+        })
+    }
+
+    /// The URLs clients use: the proxies.
+    pub fn urls(&self) -> Vec<String> {
+        self.proxies.iter().map(Proxy::url).collect()
+    }
+
+    /// Locks slot `i` (waiting for the lane that holds it).
+    pub fn slot(&self, i: usize) -> MutexGuard<'_, Slot> {
+        self.slots[i].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Locks slot `i` if no lane holds it.
+    pub fn try_slot(&self, i: usize) -> Option<MutexGuard<'_, Slot>> {
+        match self.slots[i].try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Puts every node back to normal: running, resumed, clock normal,
+    /// proxy passing traffic to the serving server.
+    pub fn heal_all(&self) -> Result<(), TestbedError> {
+        for (i, proxy) in self.proxies.iter().enumerate() {
+            let mut slot = self.slot(i);
+            let node = slot.backing.serving_mut();
+            if node.is_paused() {
+                node.resume()?;
+            }
+            if !node.is_running() {
+                node.start()?;
+            }
+            node.set_clock(crate::ClockSkew::NORMAL)?;
+            proxy.set_fault(NetFault::None);
+            proxy.set_upstream(addr_of(slot.backing.serving()));
+        }
+        Ok(())
+    }
+
+    /// The lock keys on every node (fencing counters excluded), as
+    /// `n<i>:<key>`, read from the serving servers directly.
+    pub fn lock_keys(&self) -> Result<Vec<String>, TestbedError> {
+        let mut found = Vec::new();
+        for i in 0..self.slots.len() {
+            let slot = self.slot(i);
+            let mut con = slot.backing.serving().connection()?;
+            let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con)?;
+            found.extend(
+                keys.into_iter()
+                    .filter(|k| !k.starts_with("quorumlock:fence:"))
+                    .map(|k| format!("n{i}:{k}")),
+            );
+        }
+        found.sort();
+        Ok(found)
+    }
+}
+
+fn start_backing(dir: &Path, binary: PathBuf, role: Role) -> Result<Backing, TestbedError> {
+    let options = NodeOptions {
+        persistence: if role == Role::Aof {
+            Persistence::AofAlways
+        } else {
+            Persistence::None
+        },
+        fake_clock: true,
+        ..NodeOptions::default()
+    };
+    match role {
+        Role::Replicated => Ok(Backing::Pair(ReplicaPair::start(dir, &binary, options)?)),
+        Role::Aof | Role::Volatile => {
+            let mut node = RedisNode::new(dir.to_path_buf(), binary, options)?;
+            node.start()?;
+            Ok(Backing::Single(node))
+        }
+    }
+}

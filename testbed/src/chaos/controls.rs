@@ -1,0 +1,473 @@
+//! Negative controls: deterministic schedules, each under 10 s, that break
+//! one of the algorithm's assumptions on purpose. The checker must report
+//! at least one violation for every one of them: a checker that cannot
+//! fail proves nothing.
+//!
+//! | control | what it breaks | what the checker must see |
+//! |---|---|---|
+//! | `single_node_failover` | one node only: its replica never saw the lock | overlap |
+//! | `immediate_restart` | a node restarts empty at once, and two quorums meet on it | overlap |
+//! | `fast_clocks` | a majority's clocks run 4× fast: keys expire long before the validity ends | overlap |
+//! | `client_pause` | a holder pauses past its validity between its lock check and its writes | unfenced lost update (the fenced write is refused) |
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use quorumlock::{Hold, LockConfig, LockGuard, MultiLock, Quorum};
+
+use super::checker::{CheckReport, Floors, ViolationKind};
+use super::history::{self, HistoryWriter, What};
+use super::worker::{WorkerOptions, fenced_key, unfenced_key};
+use super::workers::Workers;
+use super::{ChaosError, finish};
+use crate::{
+    ClockSkew, NodeOptions, Proxy, ReplicaPair, Restart, Testbed, redis_server_binary,
+};
+
+/// One negative control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Control {
+    /// A one-node lock whose master fails over to a replica that never saw
+    /// the lock.
+    SingleNodeFailover,
+    /// Three nodes without persistence; the holder has exactly two, one of
+    /// them restarts empty at once, and the next client wins it and the
+    /// third.
+    ImmediateRestart,
+    /// Three nodes; two clocks run 4× fast under a held lock.
+    FastClocks,
+    /// A worker process stops itself between its lock check and its writes
+    /// and is continued after its validity.
+    ClientPause,
+}
+
+impl Control {
+    /// Every control.
+    pub const ALL: [Control; 4] = [
+        Control::SingleNodeFailover,
+        Control::ImmediateRestart,
+        Control::FastClocks,
+        Control::ClientPause,
+    ];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::SingleNodeFailover => "single_node_failover",
+            Control::ImmediateRestart => "immediate_restart",
+            Control::FastClocks => "fast_clocks",
+            Control::ClientPause => "client_pause",
+        }
+    }
+
+    /// The violation kind that catches it.
+    pub fn expected_violation(self) -> ViolationKind {
+        match self {
+            Control::ClientPause => ViolationKind::UnfencedLostUpdate,
+            _ => ViolationKind::Overlap,
+        }
+    }
+}
+
+impl fmt::Display for Control {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Control {
+    type Err = ChaosError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Control::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                ChaosError::Options(format!(
+                    "unknown control {s:?}; the controls are: {}",
+                    Control::ALL.map(Control::name).join(", ")
+                ))
+            })
+    }
+}
+
+/// What a control produced.
+#[derive(Debug)]
+pub struct ControlOutcome {
+    /// Which control.
+    pub control: Control,
+    /// Its directory (history, report, timeline).
+    pub dir: PathBuf,
+    /// The checker's report on its history.
+    pub report: CheckReport,
+    /// Whether the checker reported the violation the control must cause.
+    pub caught: bool,
+    /// How long the schedule took.
+    pub took: Duration,
+}
+
+/// Runs `control` in `dir` (created); `worker_bin` is the chaos binary
+/// (the client-pause control starts worker processes).
+pub fn run(control: Control, dir: &Path, worker_bin: &Path) -> Result<ControlOutcome, ChaosError> {
+    std::fs::create_dir_all(dir).map_err(ChaosError::io(format!("creating {}", dir.display())))?;
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(ChaosError::io("starting a Tokio runtime"))?;
+    let (inputs, floors) = match control {
+        Control::SingleNodeFailover => runtime.block_on(single_node_failover(dir))?,
+        Control::ImmediateRestart => runtime.block_on(immediate_restart(dir))?,
+        Control::FastClocks => runtime.block_on(fast_clocks(dir))?,
+        Control::ClientPause => client_pause(dir, worker_bin)?,
+    };
+    drop(runtime);
+    let took = started.elapsed();
+    let report = finish(dir, &inputs, &floors)?;
+    let caught = report.count(control.expected_violation()) > 0;
+    Ok(ControlOutcome {
+        control,
+        dir: dir.to_path_buf(),
+        report,
+        caught,
+        took,
+    })
+}
+
+/// A client of a control: one `MultiLock` logging to its own history.
+struct Client {
+    lock: MultiLock,
+    log: HistoryWriter,
+    name: &'static str,
+    holds: u32,
+}
+
+impl Client {
+    async fn new(
+        dir: &Path,
+        name: &'static str,
+        nodes: Vec<String>,
+        ttl: Duration,
+    ) -> Result<Client, ChaosError> {
+        let config = LockConfig::builder()
+            .nodes(nodes)
+            .quorum(Quorum::Majority)
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(200))
+            .build()
+            .map_err(|e| ChaosError::Options(e.to_string()))?;
+        let lock = MultiLock::new(config);
+        let _ = lock.warm_up().await;
+        let log = HistoryWriter::create(&dir.join(format!("history-{name}.jsonl")), name)
+            .map_err(ChaosError::io("creating a control history"))?;
+        Ok(Client {
+            lock,
+            log,
+            name,
+            holds: 0,
+        })
+    }
+
+    fn path(dir: &Path, name: &str) -> PathBuf {
+        dir.join(format!("history-{name}.jsonl"))
+    }
+
+    /// Acquires `key` (waiting up to `wait`), logging the attempt, the win
+    /// (with the nodes held) and the fencing token.
+    async fn acquire(&mut self, key: &str, wait: Duration) -> Option<(LockGuard, String)> {
+        self.holds += 1;
+        let hold = format!("{}-{}", self.name, self.holds);
+        let _ = self.log.log(What::AcquireStart {
+            key: key.into(),
+            hold: hold.clone(),
+        });
+        match self.lock.acquire(key, wait).await {
+            Ok(guard) => {
+                let nodes = guard
+                    .nodes()
+                    .enumerate()
+                    .filter(|(_, (_, h))| *h == Hold::Held)
+                    .map(|(i, _)| i)
+                    .collect();
+                let deadline = history::now() + guard.validity().as_nanos() as u64;
+                let _ = self.log.log(What::Won {
+                    key: key.into(),
+                    hold: hold.clone(),
+                    deadline,
+                    nodes,
+                });
+                match guard.fencing_token().await {
+                    Ok(token) => {
+                        let _ = self.log.log(What::Token {
+                            key: key.into(),
+                            hold: hold.clone(),
+                            token,
+                        });
+                    }
+                    Err(e) => {
+                        let _ = self.log.log(What::TokenFailed {
+                            key: key.into(),
+                            hold: hold.clone(),
+                            error: e.to_string(),
+                        });
+                    }
+                }
+                Some((guard, hold))
+            }
+            Err(e) => {
+                let _ = self.log.log(What::Failed {
+                    key: key.into(),
+                    hold,
+                    error: e.to_string(),
+                });
+                None
+            }
+        }
+    }
+
+    async fn release(&self, guard: LockGuard, hold: &str) {
+        let deadline = history::now() + guard.validity().as_nanos() as u64;
+        let _ = self.log.log(What::Release {
+            key: guard.key().to_string(),
+            hold: hold.to_string(),
+            deadline,
+            held: guard.is_held(),
+        });
+        let _ = guard.release().await;
+    }
+}
+
+fn schedule(control: Control, step: impl Into<String>) -> ChaosError {
+    ChaosError::Schedule {
+        control: control.name().to_string(),
+        step: step.into(),
+    }
+}
+
+/// The injector's own history of a control (fault bands, notes).
+fn injector(dir: &Path) -> Result<(HistoryWriter, PathBuf), ChaosError> {
+    let path = dir.join("history-chaos.jsonl");
+    let log = HistoryWriter::create(&path, "chaos").map_err(ChaosError::io("creating a history"))?;
+    Ok((log, path))
+}
+
+fn fault_start(log: &HistoryWriter, fault: u32, kind: &str, target: &str, detail: &str) {
+    let _ = log.log(What::FaultStart {
+        fault,
+        kind: kind.into(),
+        target: target.into(),
+        detail: detail.into(),
+    });
+}
+
+fn final_event(log: &HistoryWriter, keys_left: Vec<String>) {
+    let _ = log.log(What::Final {
+        fenced: Vec::new(),
+        unfenced: Vec::new(),
+        keys_left,
+    });
+}
+
+async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::SingleNodeFailover;
+    let binary = redis_server_binary()?;
+    let mut pair = ReplicaPair::start(&dir.join("pair"), &binary, NodeOptions::default())?;
+    let proxy = Proxy::start(SocketAddr::from((
+        Ipv4Addr::LOCALHOST,
+        pair.master().port(),
+    )))?;
+    pair.wait_in_sync(Duration::from_secs(5))?;
+    let (log, chaos) = injector(dir)?;
+    let ttl = Duration::from_secs(5);
+    let mut a = Client::new(dir, "A", vec![proxy.url()], ttl).await?;
+    let mut b = Client::new(dir, "B", vec![proxy.url()], ttl).await?;
+
+    fault_start(&log, 1, "failover", "n0", "replication cut, lock written, master killed, replica promoted");
+    pair.cut_link()?;
+    let (guard_a, hold_a) = a
+        .acquire("order:1", Duration::from_secs(1))
+        .await
+        .ok_or_else(|| schedule(c, "A did not get the lock"))?;
+    if b.acquire("order:1", Duration::ZERO).await.is_some() {
+        return Err(schedule(c, "B got the lock before the failover"));
+    }
+    let promoted = pair.fail_over()?;
+    proxy.set_upstream(promoted);
+    let _ = log.log(What::FaultEnd { fault: 1 });
+    let won_b = b.acquire("order:1", Duration::from_secs(3)).await;
+    if let Some((guard_b, hold_b)) = won_b {
+        b.release(guard_b, &hold_b).await;
+    }
+    a.release(guard_a, &hold_a).await;
+    final_event(&log, Vec::new());
+    Ok((
+        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
+        Floors::none(),
+    ))
+}
+
+async fn immediate_restart(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::ImmediateRestart;
+    let mut nodes = Testbed::start(3)?;
+    let (log, chaos) = injector(dir)?;
+    let ttl = Duration::from_secs(5);
+    let mut a = Client::new(dir, "A", nodes.urls(), ttl).await?;
+    let mut b = Client::new(dir, "B", nodes.urls(), ttl).await?;
+    let key = "order:2";
+
+    // A third party holds the name on n2 for a moment, so A wins exactly
+    // {n0, n1}.
+    let mut n2 = nodes.node(2).connection()?;
+    redis::cmd("HSET")
+        .arg(key)
+        .arg("owner")
+        .arg("someone-else")
+        .query::<()>(&mut n2)
+        .map_err(crate::TestbedError::from)?;
+    redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(10_000)
+        .query::<()>(&mut n2)
+        .map_err(crate::TestbedError::from)?;
+    let (guard_a, hold_a) = a
+        .acquire(key, Duration::from_secs(1))
+        .await
+        .ok_or_else(|| schedule(c, "A did not get the lock"))?;
+    if guard_a.held_nodes().count() != 2 {
+        return Err(schedule(c, "A did not win exactly two nodes"));
+    }
+    redis::cmd("DEL")
+        .arg(key)
+        .query::<()>(&mut n2)
+        .map_err(crate::TestbedError::from)?;
+    fault_start(&log, 1, "crash_restart_immediate_volatile", "n0", "SIGKILL, restart empty at once (no persistence, no delay)");
+    nodes.node_mut(0).restart(Restart::immediate())?;
+    let _ = log.log(What::FaultEnd { fault: 1 });
+    let won_b = b.acquire(key, Duration::from_secs(3)).await;
+    if let Some((guard_b, hold_b)) = won_b {
+        b.release(guard_b, &hold_b).await;
+    }
+    a.release(guard_a, &hold_a).await;
+    final_event(&log, Vec::new());
+    Ok((
+        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
+        Floors::none(),
+    ))
+}
+
+async fn fast_clocks(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::FastClocks;
+    let nodes = Testbed::start_with(
+        3,
+        NodeOptions {
+            fake_clock: true,
+            ..NodeOptions::default()
+        },
+    )?;
+    let (log, chaos) = injector(dir)?;
+    let ttl = Duration::from_secs(4);
+    let mut a = Client::new(dir, "A", nodes.urls(), ttl).await?;
+    let mut b = Client::new(dir, "B", nodes.urls(), ttl).await?;
+    let key = "order:3";
+    let (guard_a, hold_a) = a
+        .acquire(key, Duration::from_secs(1))
+        .await
+        .ok_or_else(|| schedule(c, "A did not get the lock"))?;
+    fault_start(&log, 1, "clock_fast_beyond_drift", "n0,n1", "wall clock × 4 on a majority (allowance: 1 %)");
+    for i in [0, 1] {
+        nodes.node(i).set_clock(ClockSkew {
+            rate: 4.0,
+            offset_ms: 0,
+        })?;
+    }
+    let won_b = b.acquire(key, Duration::from_secs(3)).await;
+    for i in [0, 1] {
+        nodes.node(i).set_clock(ClockSkew::NORMAL)?;
+    }
+    let _ = log.log(What::FaultEnd { fault: 1 });
+    if let Some((guard_b, hold_b)) = won_b {
+        b.release(guard_b, &hold_b).await;
+    }
+    a.release(guard_a, &hold_a).await;
+    final_event(&log, Vec::new());
+    Ok((
+        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
+        Floors::none(),
+    ))
+}
+
+fn client_pause(dir: &Path, worker_bin: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::ClientPause;
+    let nodes = Testbed::start(3)?;
+    let resource = Testbed::start(1)?;
+    let (log, chaos) = injector(dir)?;
+    let ttl = Duration::from_secs(1);
+    let key = "acct";
+    let template = WorkerOptions {
+        id: String::new(),
+        nodes: nodes.urls(),
+        resource: resource.urls()[0].clone(),
+        keys: vec![key.into()],
+        long_key: None,
+        tasks: 1,
+        ttl,
+        node_timeout: Duration::from_millis(200),
+        drift_factor: 0.01,
+        history: PathBuf::new(),
+        seed: 7,
+        pause_before_write: None,
+        holds_per_task: Some(3),
+    };
+    let workers = Workers::new(worker_bin, dir, template);
+    let a = workers.spawn_with(|o| {
+        o.pause_before_write = Some(1);
+        o.holds_per_task = Some(1);
+    })?;
+    if !workers.wait_state(&a, true, Duration::from_secs(10)) {
+        return Err(schedule(c, format!("worker {a} never stopped itself")));
+    }
+    let stopped = Instant::now();
+    fault_start(&log, 1, "client_pause", &a, "stopped between its lock check and its writes");
+    let b = workers.spawn()?;
+    let limit = Instant::now() + Duration::from_secs(8);
+    while !workers.has_exited(&b) && Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Past A's validity for sure, whatever B did.
+    while stopped.elapsed() < ttl + ttl / 2 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    workers.resume(&a)?;
+    let _ = log.log(What::FaultEnd { fault: 1 });
+    let limit = Instant::now() + Duration::from_secs(5);
+    while !workers.has_exited(&a) && Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    workers.stop_all(Duration::from_secs(3));
+    let mut con = resource.node(0).connection()?;
+    let fenced: Option<u64> = redis::cmd("HGET")
+        .arg(fenced_key(key))
+        .arg("value")
+        .query(&mut con)
+        .map_err(crate::TestbedError::from)?;
+    let unfenced: Option<u64> = redis::cmd("GET")
+        .arg(unfenced_key(key))
+        .query(&mut con)
+        .map_err(crate::TestbedError::from)?;
+    let _ = log.log(What::Final {
+        fenced: vec![(key.into(), fenced.unwrap_or(0))],
+        unfenced: vec![(key.into(), unfenced.unwrap_or(0))],
+        keys_left: Vec::new(),
+    });
+    let mut inputs = workers.histories();
+    inputs.push(chaos);
+    let floors = Floors {
+        unfenced_is_protected: true,
+        ..Floors::none()
+    };
+    Ok((inputs, floors))
+}

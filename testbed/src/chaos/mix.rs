@@ -1,0 +1,646 @@
+//! The chaos mix: workers contend for a few lock names while three lanes
+//! inject faults (node processes; links and clocks; clients), then the
+//! run goes quiet, looks for keys left behind, and checks the history.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use super::checker::{CheckReport, Floors};
+use super::cluster::{Backing, Cluster, Role, Slot};
+use super::faults::{FaultKind, Lane};
+use super::history::{self, HistoryWriter, What};
+use super::worker::{WorkerOptions, fenced_key, unfenced_key};
+use super::workers::Workers;
+use super::{ChaosError, finish};
+use crate::{ClockSkew, NetFault, Restart};
+
+/// Settings of one mix.
+#[derive(Clone, Debug)]
+pub struct MixOptions {
+    /// How long faults are injected (the run takes a few seconds more).
+    pub duration: Duration,
+    /// Lock nodes (at least 3).
+    pub nodes: usize,
+    /// Seed of every random choice (faults, targets, workers' choices).
+    pub seed: u64,
+    /// The fault kinds to inject.
+    pub faults: Vec<FaultKind>,
+    /// The run's directory (created).
+    pub dir: PathBuf,
+    /// The chaos binary, started as `bin worker …` for each worker.
+    pub worker_bin: PathBuf,
+    /// Worker processes.
+    pub workers: usize,
+    /// Tasks (concurrent holders) per worker.
+    pub tasks: usize,
+    /// Lock names with short holds (plus one with long holds).
+    pub keys: usize,
+    /// The locks' TTL.
+    pub ttl: Duration,
+    /// The per-node call timeout.
+    pub node_timeout: Duration,
+    /// The clock-drift allowance (fraction of the TTL).
+    pub drift_factor: f64,
+    /// Coverage floors below which the run is invalid.
+    pub floors: Floors,
+    /// Print progress to standard error while it runs.
+    pub progress: bool,
+}
+
+impl MixOptions {
+    /// The defaults of `testbed/run chaos`, writing to `dir`.
+    pub fn new(dir: PathBuf, worker_bin: PathBuf) -> MixOptions {
+        MixOptions {
+            duration: Duration::from_secs(120),
+            nodes: 5,
+            seed: 1,
+            faults: FaultKind::ALL.to_vec(),
+            dir,
+            worker_bin,
+            workers: 6,
+            tasks: 3,
+            keys: 4,
+            ttl: Duration::from_millis(1_000),
+            node_timeout: Duration::from_millis(100),
+            drift_factor: 0.02,
+            floors: Floors::none(),
+            progress: true,
+        }
+    }
+
+    /// The clock-drift allowance the locks subtract from their validity.
+    pub fn drift(&self) -> Duration {
+        self.ttl.mul_f64(self.drift_factor) + Duration::from_millis(2)
+    }
+}
+
+/// What a mix produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The run's directory (history, report, timeline).
+    pub dir: PathBuf,
+    /// The checker's report.
+    pub report: CheckReport,
+}
+
+/// Shared by the lanes of one run.
+struct Ctx<'a> {
+    options: &'a MixOptions,
+    cluster: &'a Cluster,
+    workers: &'a Workers,
+    log: HistoryWriter,
+    end: Instant,
+    next_fault: AtomicU32,
+    active: Mutex<BTreeMap<u32, String>>,
+    problems: Mutex<Vec<String>>,
+}
+
+/// Runs the mix and checks it.
+pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
+    if options.nodes < 3 {
+        return Err(ChaosError::Options(format!(
+            "--nodes {}: the mix needs at least 3 nodes",
+            options.nodes
+        )));
+    }
+    std::fs::create_dir_all(&options.dir).map_err(ChaosError::io(format!(
+        "creating {}",
+        options.dir.display()
+    )))?;
+    crate::sweep_stale_chains()?;
+    let say = |text: &str| {
+        if options.progress {
+            eprintln!("{text}");
+        }
+    };
+    say(&format!(
+        "chaos: {} nodes, {} workers × {} tasks, {} names + 1 long, TTL {:?}, seed {}, {:?} of faults",
+        options.nodes,
+        options.workers,
+        options.tasks,
+        options.keys,
+        options.ttl,
+        options.seed,
+        options.duration
+    ));
+    let cluster = Cluster::start(options.nodes)?;
+    let chaos_history = options.dir.join("history-chaos.jsonl");
+    let log = HistoryWriter::create(&chaos_history, "chaos")
+        .map_err(ChaosError::io("creating the chaos history"))?;
+    let keys: Vec<String> = (0..options.keys).map(|i| format!("k{i}")).collect();
+    let template = WorkerOptions {
+        id: String::new(),
+        nodes: cluster.urls(),
+        resource: cluster.resource.url(),
+        keys: keys.clone(),
+        long_key: Some("job".to_string()),
+        tasks: options.tasks,
+        ttl: options.ttl,
+        node_timeout: options.node_timeout,
+        drift_factor: options.drift_factor,
+        history: PathBuf::new(),
+        seed: options.seed,
+        pause_before_write: None,
+        holds_per_task: None,
+    };
+    let workers = Workers::new(&options.worker_bin, &options.dir, template);
+    for _ in 0..options.workers {
+        workers.spawn()?;
+    }
+    // Let the workers connect and settle before the first fault.
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_secs(10)
+        && count_won(&workers.histories()) < (options.workers * 20) as u64
+    {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let _ = log.log(What::Note {
+        text: "faults start".into(),
+    });
+    let ctx = Ctx {
+        options,
+        cluster: &cluster,
+        workers: &workers,
+        log: log.clone(),
+        end: Instant::now() + options.duration,
+        next_fault: AtomicU32::new(1),
+        active: Mutex::new(BTreeMap::new()),
+        problems: Mutex::new(Vec::new()),
+    };
+    thread::scope(|scope| {
+        for (i, lane) in [Lane::Node, Lane::Link, Lane::Client].into_iter().enumerate() {
+            let kinds: Vec<FaultKind> = options
+                .faults
+                .iter()
+                .copied()
+                .filter(|k| k.lane() == lane)
+                .collect();
+            if kinds.is_empty() {
+                continue;
+            }
+            let ctx = &ctx;
+            let seed = options.seed.wrapping_mul(31).wrapping_add(i as u64);
+            scope.spawn(move || run_lane(ctx, kinds, StdRng::seed_from_u64(seed)));
+        }
+        if options.progress {
+            scope.spawn(|| progress(&ctx));
+        }
+    });
+    let _ = log.log(What::Note {
+        text: "faults end".into(),
+    });
+    say("chaos: faults over; healing every node and stopping the workers");
+    cluster.heal_all()?;
+    let killed = workers.stop_all(options.ttl * 3 + Duration::from_secs(5));
+    if !killed.is_empty() {
+        ctx.problem(format!("workers that did not stop in time: {killed:?}"));
+    }
+    // Quiet: every key a holder did not release must expire by its TTL.
+    let quiet = options.ttl + options.ttl / 2 + Duration::from_millis(500);
+    thread::sleep(quiet);
+    let keys_left = cluster.lock_keys()?;
+    let mut names = keys.clone();
+    names.push("job".to_string());
+    let (fenced, unfenced) = read_counters(&cluster, &names)?;
+    let _ = log.log(What::Final {
+        fenced,
+        unfenced,
+        keys_left,
+    });
+    for problem in ctx.problems.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        let _ = log.log(What::Note {
+            text: format!("problem: {problem}"),
+        });
+    }
+    let mut inputs = workers.histories();
+    inputs.push(chaos_history);
+    drop(cluster);
+    let report = finish(&options.dir, &inputs, &options.floors)?;
+    Ok(Outcome {
+        dir: options.dir.clone(),
+        report,
+    })
+}
+
+/// The fenced and unfenced counters of every name.
+#[allow(clippy::type_complexity)]
+fn read_counters(
+    cluster: &Cluster,
+    names: &[String],
+) -> Result<(Vec<(String, u64)>, Vec<(String, u64)>), ChaosError> {
+    let mut con = cluster.resource.connection()?;
+    let mut fenced = Vec::new();
+    let mut unfenced = Vec::new();
+    for name in names {
+        let f: Option<u64> = redis::cmd("HGET")
+            .arg(fenced_key(name))
+            .arg("value")
+            .query(&mut con)
+            .map_err(crate::TestbedError::from)?;
+        let u: Option<u64> = redis::cmd("GET")
+            .arg(unfenced_key(name))
+            .query(&mut con)
+            .map_err(crate::TestbedError::from)?;
+        fenced.push((name.clone(), f.unwrap_or(0)));
+        unfenced.push((name.clone(), u.unwrap_or(0)));
+    }
+    Ok((fenced, unfenced))
+}
+
+/// Counts `won` events in the workers' histories (for progress).
+fn count_won(paths: &[PathBuf]) -> u64 {
+    paths.iter().map(|p| count_in(p, 0).0).sum()
+}
+
+/// Counts `"ev":"won"` in `path` from byte `from`; returns the count and
+/// the new end.
+fn count_in(path: &Path, from: u64) -> (u64, u64) {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return (0, from);
+    };
+    if file.seek(SeekFrom::Start(from)).is_err() {
+        return (0, from);
+    }
+    let mut text = String::new();
+    if file.read_to_string(&mut text).is_err() {
+        return (0, from);
+    }
+    // Only whole lines count; a torn last line is read next time.
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    let n = text[..whole].matches("\"ev\":\"won\"").count() as u64;
+    (n, from + whole as u64)
+}
+
+/// Prints a progress line every 5 s until the faults end.
+fn progress(ctx: &Ctx<'_>) {
+    let start = Instant::now();
+    let mut offsets: BTreeMap<PathBuf, u64> = BTreeMap::new();
+    let mut won = 0u64;
+    while Instant::now() < ctx.end {
+        let next = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < next.min(ctx.end) {
+            thread::sleep(Duration::from_millis(100));
+        }
+        for path in ctx.workers.histories() {
+            let from = offsets.get(&path).copied().unwrap_or(0);
+            let (n, end) = count_in(&path, from);
+            won += n;
+            offsets.insert(path, end);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let active: Vec<String> = ctx
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        eprintln!(
+            "[{:>4.0}s/{:.0}s] acquisitions {won:>6} ({:>4.0}/s) · faults {:>3} · now: {}",
+            secs,
+            ctx.options.duration.as_secs_f64(),
+            won as f64 / secs.max(0.001),
+            ctx.next_fault.load(Ordering::SeqCst) - 1,
+            if active.is_empty() {
+                "none".to_string()
+            } else {
+                active.join(", ")
+            }
+        );
+    }
+}
+
+impl Ctx<'_> {
+    fn running(&self) -> bool {
+        Instant::now() < self.end
+    }
+
+    fn problem(&self, text: String) {
+        self.problems
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(text);
+    }
+
+    /// Logs a fault's start; returns its id.
+    fn start(&self, kind: FaultKind, target: &str, detail: String) -> u32 {
+        let fault = self.next_fault.fetch_add(1, Ordering::SeqCst);
+        self.active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(fault, format!("{kind} {target}"));
+        let _ = self.log.log(What::FaultStart {
+            fault,
+            kind: kind.name().to_string(),
+            target: target.to_string(),
+            detail,
+        });
+        fault
+    }
+
+    fn end(&self, fault: u32) {
+        let _ = self.log.log(What::FaultEnd { fault });
+        self.active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&fault);
+    }
+
+    /// Locks a free slot whose role `fits`, trying for a bounded while.
+    fn free_slot(
+        &self,
+        rng: &mut StdRng,
+        fits: impl Fn(Role) -> bool,
+    ) -> Option<std::sync::MutexGuard<'_, Slot>> {
+        let mut candidates: Vec<usize> = (0..self.cluster.slots.len()).collect();
+        for _ in 0..100 {
+            candidates.shuffle(rng);
+            for &i in &candidates {
+                if let Some(slot) = self.cluster.try_slot(i)
+                    && fits(slot.role)
+                {
+                    return Some(slot);
+                }
+            }
+            if !self.running() {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+fn millis(rng: &mut StdRng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(rng.random_range(lo..=hi))
+}
+
+fn run_lane(ctx: &Ctx<'_>, kinds: Vec<FaultKind>, mut rng: StdRng) {
+    let mut cycle: Vec<FaultKind> = Vec::new();
+    while ctx.running() {
+        if cycle.is_empty() {
+            cycle = kinds.clone();
+            cycle.shuffle(&mut rng);
+        }
+        let Some(kind) = cycle.pop() else { break };
+        if let Err(e) = inject(ctx, kind, &mut rng) {
+            ctx.problem(format!("{kind}: {e}"));
+        }
+        let gap = match kind.lane() {
+            Lane::Client => millis(&mut rng, 800, 2_000),
+            Lane::Node | Lane::Link => millis(&mut rng, 200, 700),
+        };
+        thread::sleep(gap);
+    }
+}
+
+fn inject(ctx: &Ctx<'_>, kind: FaultKind, rng: &mut StdRng) -> Result<(), ChaosError> {
+    let ttl = ctx.options.ttl;
+    match kind {
+        FaultKind::ClientPause => {
+            let Some(id) = ctx.workers.pick(rng) else {
+                return Ok(());
+            };
+            let pause = ttl.mul_f64(rng.random_range(1.5..2.5));
+            let fault = ctx.start(kind, &id, format!("SIGSTOP for {pause:?}"));
+            let result = ctx.workers.pause(&id);
+            thread::sleep(pause);
+            let resumed = ctx.workers.resume(&id);
+            ctx.end(fault);
+            result.and(resumed)
+        }
+        FaultKind::ClientCrash => {
+            let Some(id) = ctx.workers.pick(rng) else {
+                return Ok(());
+            };
+            let fault = ctx.start(kind, &id, "SIGKILL, a new worker started".into());
+            let killed = ctx.workers.kill(&id);
+            let spawned = ctx.workers.spawn();
+            ctx.end(fault);
+            killed.and(spawned.map(drop))
+        }
+        _ => {
+            let fits = |role: Role| match kind {
+                FaultKind::CrashRestartAof => role == Role::Aof,
+                FaultKind::CrashRestartDelayed => role == Role::Volatile,
+                FaultKind::Failover => role == Role::Replicated,
+                _ => true,
+            };
+            let Some(mut slot) = ctx.free_slot(rng, fits) else {
+                return Ok(());
+            };
+            inject_node(ctx, kind, &mut slot, rng)
+        }
+    }
+}
+
+fn inject_node(
+    ctx: &Ctx<'_>,
+    kind: FaultKind,
+    slot: &mut Slot,
+    rng: &mut StdRng,
+) -> Result<(), ChaosError> {
+    let ttl = ctx.options.ttl;
+    let i = slot.index;
+    let target = format!("n{i}");
+    let proxy = &ctx.cluster.proxies[i];
+    match kind {
+        FaultKind::NodePause => {
+            let d = millis(rng, 500, 2_000);
+            let fault = ctx.start(kind, &target, format!("SIGSTOP for {d:?}"));
+            let node = slot.backing.serving_mut();
+            let paused = node.pause();
+            thread::sleep(d);
+            let resumed = node.resume();
+            ctx.end(fault);
+            paused.and(resumed)?;
+        }
+        FaultKind::NodeStall => {
+            let d = millis(rng, 300, 1_500);
+            let fault = ctx.start(kind, &target, format!("CLIENT PAUSE {} ALL", d.as_millis()));
+            let mut con = slot.backing.serving().connection()?;
+            let paused: Result<(), _> = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(d.as_millis() as u64)
+                .arg("ALL")
+                .query(&mut con);
+            thread::sleep(d);
+            ctx.end(fault);
+            paused.map_err(crate::TestbedError::from)?;
+        }
+        FaultKind::CrashRestartAof => {
+            let fault = ctx.start(
+                kind,
+                &target,
+                "SIGKILL, restart at once with its AOF (appendfsync always)".into(),
+            );
+            let restarted = slot.backing.serving_mut().restart(Restart::immediate());
+            ctx.end(fault);
+            restarted?;
+        }
+        FaultKind::CrashRestartDelayed => {
+            let down = ttl + ttl / 2;
+            let fault = ctx.start(
+                kind,
+                &target,
+                format!("SIGKILL, restart empty after {down:?} (TTL {ttl:?})"),
+            );
+            let restarted = slot
+                .backing
+                .serving_mut()
+                .restart(Restart::after(down).wiping());
+            ctx.end(fault);
+            restarted?;
+        }
+        FaultKind::Failover => {
+            let Backing::Pair(pair) = &mut slot.backing else {
+                return Ok(());
+            };
+            let lag = millis(rng, 300, 800);
+            let fault = ctx.start(
+                kind,
+                &target,
+                format!("replication cut, {lag:?} of writes on the master only, master killed, replica promoted"),
+            );
+            let result = (|| {
+                pair.cut_link()?;
+                thread::sleep(lag);
+                let promoted = pair.fail_over()?;
+                proxy.set_upstream(promoted);
+                Ok::<_, crate::TestbedError>(())
+            })();
+            ctx.end(fault);
+            result?;
+            // Outside the fault: the dead master comes back empty as the
+            // new replica, ready for the next failover.
+            pair.heal_link()?;
+            pair.rejoin()?;
+        }
+        FaultKind::NetDelay => {
+            let latency = millis(rng, 5, 40);
+            let jitter = latency / 2;
+            let d = millis(rng, 1_000, 3_000);
+            let fault = ctx.start(
+                kind,
+                &target,
+                format!("{latency:?} ± {jitter:?} each way for {d:?}"),
+            );
+            proxy.set_fault(NetFault::Delay { latency, jitter });
+            thread::sleep(d);
+            proxy.set_fault(NetFault::None);
+            ctx.end(fault);
+        }
+        FaultKind::NetLoss => {
+            let probability = rng.random_range(0.05..0.3);
+            let stall = millis(rng, 30, 200);
+            let d = millis(rng, 1_000, 3_000);
+            let fault = ctx.start(
+                kind,
+                &target,
+                format!(
+                    "{:.0}% of chunks retransmitted after {stall:?}, for {d:?}",
+                    probability * 100.0
+                ),
+            );
+            proxy.set_fault(NetFault::Loss { probability, stall });
+            thread::sleep(d);
+            proxy.set_fault(NetFault::None);
+            ctx.end(fault);
+        }
+        FaultKind::NetPartition => {
+            let d = millis(rng, 500, 2_000);
+            let fault = ctx.start(kind, &target, format!("nothing passes for {d:?}"));
+            proxy.set_fault(NetFault::Blackhole);
+            thread::sleep(d);
+            proxy.set_fault(NetFault::None);
+            ctx.end(fault);
+        }
+        FaultKind::NetReset => {
+            let d = millis(rng, 200, 1_000);
+            let fault = ctx.start(kind, &target, format!("connections reset for {d:?}"));
+            proxy.set_fault(NetFault::Reset);
+            thread::sleep(d);
+            proxy.set_fault(NetFault::None);
+            ctx.end(fault);
+        }
+        FaultKind::ClockFast => {
+            // Within the allowance: over one TTL the node gains less than
+            // the drift the locks subtract (see `fast_rate_limit`).
+            let limit = fast_rate_limit(ctx.options);
+            let rate = 1.0 + rng.random_range(0.25..1.0) * (limit - 1.0);
+            let d = millis(rng, 2_000, 4_000);
+            let fault = ctx.start(kind, &target, format!("wall clock × {rate:.4} for {d:?}"));
+            let node = slot.backing.serving();
+            node.set_clock(ClockSkew {
+                rate,
+                offset_ms: 0,
+            })?;
+            thread::sleep(d);
+            node.set_clock(ClockSkew::NORMAL)?;
+            ctx.end(fault);
+        }
+        FaultKind::ClockStep => {
+            let limit = step_limit(ctx.options);
+            let step = rng.random_range(1..=limit.as_millis() as i64);
+            let d = millis(rng, 1_500, 3_000);
+            let fault = ctx.start(
+                kind,
+                &target,
+                format!("wall clock +{step} ms for {d:?}, then back"),
+            );
+            let node = slot.backing.serving();
+            node.set_clock(ClockSkew {
+                rate: 1.0,
+                offset_ms: step,
+            })?;
+            thread::sleep(d);
+            node.set_clock(ClockSkew::NORMAL)?;
+            ctx.end(fault);
+        }
+        FaultKind::ClientPause | FaultKind::ClientCrash => {}
+    }
+    Ok(())
+}
+
+/// The fastest node clock the mix uses: a key then loses at most 60 % of
+/// the drift allowance over one TTL (`ttl × (1 − 1/rate)`), leaving the
+/// rest for a step that may follow on the same node.
+pub fn fast_rate_limit(options: &MixOptions) -> f64 {
+    let ttl = options.ttl.as_secs_f64();
+    let budget = options.drift().as_secs_f64() * 0.6;
+    1.0 / (1.0 - budget / ttl)
+}
+
+/// The largest forward step the mix uses: 35 % of the drift allowance.
+pub fn step_limit(options: &MixOptions) -> Duration {
+    options.drift().mul_f64(0.35).max(Duration::from_millis(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_faults_stay_within_the_drift_allowance() {
+        let options = MixOptions::new(PathBuf::new(), PathBuf::new());
+        let ttl = options.ttl.as_secs_f64();
+        let rate = fast_rate_limit(&options);
+        let lost_to_rate = ttl * (1.0 - 1.0 / rate);
+        let lost_to_step = step_limit(&options).as_secs_f64();
+        assert!(rate > 1.0);
+        assert!(
+            lost_to_rate + lost_to_step < options.drift().as_secs_f64(),
+            "{lost_to_rate} + {lost_to_step} vs {:?}",
+            options.drift()
+        );
+    }
+}

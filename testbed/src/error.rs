@@ -2,6 +2,8 @@
 
 use std::io;
 
+use crate::ClockSkew;
+
 /// Everything that can go wrong while starting, stopping or inspecting
 /// local `redis-server` processes.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +55,26 @@ pub enum TestbedError {
         port: u16,
         /// The pid of the running server.
         pid: u32,
+    },
+
+    /// A fake clock operation was asked of a node that was not started with
+    /// [`NodeOptions::fake_clock`](crate::NodeOptions::fake_clock).
+    #[error(
+        "redis-server on port {port} has no fake clock (start it with NodeOptions::fake_clock)"
+    )]
+    FakeClockDisabled {
+        /// The node's port.
+        port: u16,
+    },
+
+    /// A [`ClockSkew`] the fake clock cannot run (see
+    /// [`ClockSkew::validate`]).
+    #[error("invalid clock skew ({skew}): {reason}")]
+    InvalidClockSkew {
+        /// The rejected skew.
+        skew: ClockSkew,
+        /// Which value is bad, and why.
+        reason: String,
     },
 
     /// A Redis client operation failed.

@@ -8,6 +8,10 @@
 //! (`SIGCONT`). All processes are killed and reaped when the testbed is
 //! dropped, also when a test panics.
 //!
+//! Nodes started with [`NodeOptions::fake_clock`] get a fake wall clock
+//! that [`RedisNode::set_clock`] can speed up, slow down or step (see
+//! [`fakeclock`]).
+//!
 //! The `redis-server` binary is taken from the `QUORUMLOCK_REDIS_SERVER`
 //! environment variable, or else searched in `PATH` (see
 //! [`redis_server_binary`]).
@@ -44,12 +48,14 @@
 mod binary;
 pub mod chaos;
 mod error;
+pub mod fakeclock;
 mod node;
 mod options;
 mod testbed;
 
 pub use binary::{REDIS_SERVER_ENV, redis_server_binary, redis_server_binary_from};
 pub use error::TestbedError;
+pub use fakeclock::ClockSkew;
 pub use node::RedisNode;
 pub use options::{NodeOptions, Persistence, Restart};
 pub use testbed::Testbed;

@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use rustix::process::{Pid, Signal, kill_process};
 
-use crate::{NodeOptions, Persistence, Restart, TestbedError};
+use crate::fakeclock::{self, CONTROL_ENV, CONTROL_FILE, SHIM_FILE};
+use crate::{ClockSkew, NodeOptions, Persistence, Restart, TestbedError};
 
 /// Address every node binds to.
 const HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -154,6 +155,61 @@ impl RedisNode {
     /// The path of the server's log file.
     pub fn log_path(&self) -> PathBuf {
         self.dir.join(LOG_FILE)
+    }
+
+    /// The path of the fake clock's control file (`clock.ctl` in the node
+    /// directory), which [`set_clock`](Self::set_clock) writes. Only read by
+    /// servers started with [`NodeOptions::fake_clock`].
+    pub fn clock_control_path(&self) -> PathBuf {
+        self.dir.join(CONTROL_FILE)
+    }
+
+    /// Sets the node's fake wall clock (see [`crate::fakeclock`]): replaces
+    /// the control file atomically, then waits 2 ms, so every wall-clock
+    /// read the server makes after this returns uses the new setting.
+    ///
+    /// Works on a stopped node too; the setting then applies from its next
+    /// start. The file stays in the node directory across restarts, but each
+    /// start begins with zero accumulated drift.
+    ///
+    /// # Errors
+    ///
+    /// - [`TestbedError::FakeClockDisabled`] if the node was not configured
+    ///   with [`NodeOptions::fake_clock`].
+    /// - [`TestbedError::InvalidClockSkew`] if `clock` is rejected by
+    ///   [`ClockSkew::validate`] (e.g. a rate that is not finite or ≤ 0).
+    /// - [`TestbedError::Io`] if the control file cannot be written.
+    pub fn set_clock(&self, clock: ClockSkew) -> Result<(), TestbedError> {
+        if !self.options.fake_clock {
+            return Err(TestbedError::FakeClockDisabled { port: self.port });
+        }
+        fakeclock::write_control(&self.clock_control_path(), clock)?;
+        thread::sleep(fakeclock::SETTLE);
+        Ok(())
+    }
+
+    /// The node's wall clock minus the local one, in milliseconds (rounded):
+    /// the server's `TIME` reply compared with the local real time halfway
+    /// through the request. About `0` for a node with a real clock; the
+    /// measurement error is half the round trip (well below 1 ms locally).
+    ///
+    /// Works on any running node, with or without the fake clock.
+    ///
+    /// # Errors
+    ///
+    /// [`TestbedError::NotRunning`] if the server is not running,
+    /// [`TestbedError::Redis`] if `TIME` fails (e.g. the server is paused:
+    /// the connection's 2 s read timeout).
+    pub fn wall_clock_skew(&self) -> Result<i64, TestbedError> {
+        if !self.is_running() {
+            return Err(TestbedError::NotRunning { port: self.port });
+        }
+        let mut con = self.connection()?;
+        let before = unix_micros(SystemTime::now());
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con)?;
+        let after = unix_micros(SystemTime::now());
+        let server = i128::from(secs) * 1_000_000 + i128::from(micros);
+        Ok(fakeclock::skew_ms(server, before, after))
     }
 
     /// Kills the server with `SIGKILL` (by pid) and reaps it, so the pid is
@@ -426,7 +482,8 @@ impl RedisNode {
         let log_offset = file_len(&self.dir.join(LOG_FILE));
         let stderr_offset = file_len(&self.dir.join(STDERR_FILE));
         let mut child = self.spawn().map_err(AttemptError::Fatal)?;
-        match wait_ready(&mut child, port) {
+        let ready = wait_ready(&mut child, port).and_then(|()| self.check_shim_loaded(&child));
+        match ready {
             Ok(()) => {
                 *self.child_slot() = Some(child);
                 Ok(())
@@ -464,18 +521,60 @@ impl RedisNode {
             .open(&stderr_path)
             .map_err(TestbedError::io(context()))?;
         let stdout = stderr.try_clone().map_err(TestbedError::io(context()))?;
-        Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .arg(self.config_path())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .map_err(TestbedError::io(format!(
-                "spawning {} for port {}",
-                self.binary.display(),
-                self.port
-            )))
+            .stderr(stderr);
+        if self.options.fake_clock {
+            self.preload_fake_clock(&mut command)?;
+        }
+        command.spawn().map_err(TestbedError::io(format!(
+            "spawning {} for port {}",
+            self.binary.display(),
+            self.port
+        )))
+    }
+
+    /// Installs the fake clock shim in the node directory (if it is not
+    /// there yet) and sets `LD_PRELOAD` and `QUORUMLOCK_FAKECLOCK` for the
+    /// server.
+    fn preload_fake_clock(&self, command: &mut Command) -> Result<(), TestbedError> {
+        let dir = std::path::absolute(&self.dir).map_err(TestbedError::io(format!(
+            "resolving node directory {}",
+            self.dir.display()
+        )))?;
+        let shim = fakeclock::install_shim(&dir)?;
+        let inherited = std::env::var("LD_PRELOAD").ok();
+        command
+            .env(
+                "LD_PRELOAD",
+                fakeclock::ld_preload(&shim, inherited.as_deref())?,
+            )
+            .env(CONTROL_ENV, dir.join(CONTROL_FILE));
+        Ok(())
+    }
+
+    /// With the fake clock, checks that the dynamic loader really mapped the
+    /// shim into `child` (it only warns on stderr when it cannot). Without
+    /// `/proc` the check is skipped.
+    fn check_shim_loaded(&self, child: &Child) -> Result<(), NotReady> {
+        if !self.options.fake_clock {
+            return Ok(());
+        }
+        let Ok(maps) = fs::read_to_string(format!("/proc/{}/maps", child.id())) else {
+            return Ok(());
+        };
+        if maps.lines().any(|line| line.ends_with(SHIM_FILE)) {
+            Ok(())
+        } else {
+            Err(NotReady {
+                reason: format!("the fake clock shim {SHIM_FILE} was not preloaded"),
+                foreign_server: false,
+            })
+        }
     }
 
     fn write_config(&self) -> Result<(), TestbedError> {
@@ -516,6 +615,14 @@ impl Drop for RedisNode {
             // Nothing sensible to do about a failure in drop.
             let _ = kill_and_reap(&mut child);
         }
+    }
+}
+
+/// Microseconds since the Unix epoch (negative before it).
+fn unix_micros(time: SystemTime) -> i128 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i128::try_from(after.as_micros()).unwrap_or(i128::MAX),
+        Err(before) => -i128::try_from(before.duration().as_micros()).unwrap_or(i128::MAX),
     }
 }
 

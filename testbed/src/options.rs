@@ -24,6 +24,11 @@ pub struct NodeOptions {
     /// The value is written verbatim, so quote it yourself if it contains
     /// spaces (e.g. `("save".into(), "\"\"".into())`).
     pub extra_config: Vec<(String, String)>,
+    /// Run `redis-server` under the fake wall clock shim (`LD_PRELOAD`), so
+    /// that [`RedisNode::set_clock`](crate::RedisNode::set_clock) can make
+    /// its clock run fast or slow or step it; see [`crate::fakeclock`].
+    /// Restarts keep the shim. Defaults to `false` (the real clock).
+    pub fake_clock: bool,
 }
 
 /// How [`RedisNode::restart`](crate::RedisNode::restart) brings a node back.

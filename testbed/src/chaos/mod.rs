@@ -2,4 +2,8 @@
 //! a few lock names, faults injected under them, a history of everything
 //! that happened, and a checker that can fail.
 
+pub mod checker;
 pub mod history;
+
+#[cfg(test)]
+mod synth;

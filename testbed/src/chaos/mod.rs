@@ -4,6 +4,7 @@
 
 pub mod checker;
 pub mod history;
+pub mod timeline;
 
 #[cfg(test)]
 mod synth;

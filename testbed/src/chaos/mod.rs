@@ -25,6 +25,9 @@ pub mod timeline;
 pub mod worker;
 pub mod workers;
 
+#[cfg(test)]
+mod synth;
+
 use checker::{CheckReport, Floors};
 
 /// Why a chaos run could not be carried out (as opposed to a run that

@@ -2,6 +2,8 @@
 
 use std::io;
 
+use crate::NetFault;
+
 /// Everything that can go wrong while starting, stopping or inspecting
 /// local `redis-server` processes.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,16 @@ pub enum TestbedError {
     /// A Redis client operation failed.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
+
+    /// A [`NetFault`] with parameters out of range was given to a
+    /// [`Proxy`](crate::Proxy).
+    #[error("invalid network fault {fault:?}: {reason}")]
+    InvalidNetFault {
+        /// The rejected fault.
+        fault: NetFault,
+        /// Which parameter is wrong and why.
+        reason: String,
+    },
 }
 
 impl TestbedError {

@@ -37,6 +37,11 @@
 //!
 //! Processes are only killed from `Drop`; if the test process itself is
 //! killed (e.g. `SIGKILL`), the servers are left running.
+//!
+//! Network faults between a client and a node come from a [`Proxy`] in
+//! front of the node: delay, loss, partition ([`NetFault::Blackhole`]) and
+//! reset, all without dropping or reordering bytes of a live connection,
+//! plus an upstream switch for failovers.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -46,12 +51,14 @@ pub mod chaos;
 mod error;
 mod node;
 mod options;
+pub mod proxy;
 mod testbed;
 
 pub use binary::{REDIS_SERVER_ENV, redis_server_binary, redis_server_binary_from};
 pub use error::TestbedError;
 pub use node::RedisNode;
 pub use options::{NodeOptions, Persistence, Restart};
+pub use proxy::{NetFault, Proxy};
 pub use testbed::Testbed;
 
 /// The `redis` crate this testbed is built against, so tests can use

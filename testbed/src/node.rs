@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -115,6 +115,12 @@ impl RedisNode {
     /// first start).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's address, `127.0.0.1:PORT` (port `0` before the first
+    /// start), e.g. for a [`Proxy`](crate::Proxy) upstream.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((HOST, self.port))
     }
 
     /// The server URL, `redis://127.0.0.1:PORT`.

@@ -337,6 +337,12 @@ impl RedisNode {
         out
     }
 
+    /// Replaces the options used by the next start (e.g. a replica's
+    /// `replicaof` line after a failover).
+    pub(crate) fn set_options(&mut self, options: NodeOptions) {
+        self.options = options;
+    }
+
     fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
         self.child.lock().unwrap_or_else(PoisonError::into_inner)
     }

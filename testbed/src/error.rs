@@ -1,6 +1,9 @@
 //! The error type of the testbed.
 
 use std::io;
+use std::time::Duration;
+
+use crate::NetFault;
 
 use crate::ClockSkew;
 
@@ -80,6 +83,53 @@ pub enum TestbedError {
     /// A Redis client operation failed.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
+
+    /// A [`NetFault`] with parameters out of range was given to a
+    /// [`Proxy`](crate::Proxy).
+    #[error("invalid network fault {fault:?}: {reason}")]
+    InvalidNetFault {
+        /// The rejected fault.
+        fault: NetFault,
+        /// Which parameter is wrong and why.
+        reason: String,
+    },
+
+    /// The `iptables` command, needed to cut a replication link, is missing.
+    #[error(
+        "iptables not found: {reason}; install it with `apt-get install iptables` (Debian), \
+         and run as root"
+    )]
+    IptablesNotFound {
+        /// Why running it failed.
+        reason: String,
+    },
+
+    /// An `iptables` command failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Iptables {
+        /// The command line that was run.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+
+    /// A replica did not catch up with its master in time.
+    #[error(
+        "replica on port {replica_port} not in sync with master on port {master_port} after {waited:?}: {detail}"
+    )]
+    NotInSync {
+        /// The master's port.
+        master_port: u16,
+        /// The replica's port.
+        replica_port: u16,
+        /// How long was waited.
+        waited: Duration,
+        /// The last replication state seen (link status, offsets) or the
+        /// last error.
+        detail: String,
+    },
 }
 
 impl TestbedError {

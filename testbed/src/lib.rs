@@ -41,6 +41,13 @@
 //!
 //! Processes are only killed from `Drop`; if the test process itself is
 //! killed (e.g. `SIGKILL`), the servers are left running.
+//!
+//! Network faults between a client and a node come from a [`Proxy`] in
+//! front of the node: delay, loss, partition ([`NetFault::Blackhole`]) and
+//! reset, all without dropping or reordering bytes of a live connection,
+//! plus an upstream switch for failovers. A [`ReplicaPair`] is a master
+//! with an asynchronous replica whose replication link can be cut with
+//! `iptables`, so a failover loses the writes the replica never got.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -48,16 +55,20 @@
 mod binary;
 pub mod chaos;
 mod error;
+pub mod failover;
 pub mod fakeclock;
 mod node;
 mod options;
+pub mod proxy;
 mod testbed;
 
 pub use binary::{REDIS_SERVER_ENV, redis_server_binary, redis_server_binary_from};
 pub use error::TestbedError;
+pub use failover::{LinkCutChain, ReplicaPair, ReplicationOffsets, sweep_stale_chains};
 pub use fakeclock::ClockSkew;
 pub use node::RedisNode;
 pub use options::{NodeOptions, Persistence, Restart};
+pub use proxy::{NetFault, Proxy};
 pub use testbed::Testbed;
 
 /// The `redis` crate this testbed is built against, so tests can use

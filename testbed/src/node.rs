@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -116,6 +116,12 @@ impl RedisNode {
     /// first start).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's address, `127.0.0.1:PORT` (port `0` before the first
+    /// start), e.g. for a [`Proxy`](crate::Proxy) upstream.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((HOST, self.port))
     }
 
     /// The server URL, `redis://127.0.0.1:PORT`.
@@ -385,6 +391,12 @@ impl RedisNode {
             out.push_str(&stderr);
         }
         out
+    }
+
+    /// Replaces the options used by the next start (e.g. a replica's
+    /// `replicaof` line after a failover).
+    pub(crate) fn set_options(&mut self, options: NodeOptions) {
+        self.options = options;
     }
 
     fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {

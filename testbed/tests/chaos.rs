@@ -43,7 +43,10 @@ fn short_mix_of_every_fault_passes_with_coverage() {
     options.floors = Floors {
         min_acquisitions: 3_000,
         min_faults: 15,
-        required_kinds: FaultKind::ALL.iter().map(|k| k.name().to_string()).collect(),
+        required_kinds: FaultKind::ALL
+            .iter()
+            .map(|k| k.name().to_string())
+            .collect(),
         min_during_fault_ratio: 0.25,
         unfenced_is_protected: false,
     };
@@ -111,9 +114,17 @@ fn control_unfenced_client_pause_is_caught() {
         .unwrap_or_else(|e| panic!("control {control} could not run: {e}"));
     let table = outcome.report.summary_table();
     println!("{table}");
-    assert!(outcome.caught, "files in {}\n{table}", outcome.dir.display());
+    assert!(
+        outcome.caught,
+        "files in {}\n{table}",
+        outcome.dir.display()
+    );
     // The lock windows stayed disjoint, and fencing refused the stale write.
     assert_eq!(outcome.report.count(ViolationKind::Overlap), 0, "{table}");
-    assert_eq!(outcome.report.count(ViolationKind::FencedLostUpdate), 0, "{table}");
+    assert_eq!(
+        outcome.report.count(ViolationKind::FencedLostUpdate),
+        0,
+        "{table}"
+    );
     assert!(outcome.report.stats.fenced_writes_rejected >= 1, "{table}");
 }

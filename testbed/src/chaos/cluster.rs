@@ -39,7 +39,7 @@ pub enum Backing {
     /// One server.
     Single(RedisNode),
     /// A master and its replica.
-    Pair(ReplicaPair),
+    Pair(Box<ReplicaPair>),
 }
 
 impl Backing {
@@ -179,7 +179,7 @@ impl Cluster {
                 node.start()?;
             }
             node.set_clock(crate::ClockSkew::NORMAL)?;
-            proxy.set_fault(NetFault::None);
+            proxy.set_fault(NetFault::None)?;
             proxy.set_upstream(addr_of(slot.backing.serving()));
         }
         Ok(())
@@ -215,7 +215,9 @@ fn start_backing(dir: &Path, binary: PathBuf, role: Role) -> Result<Backing, Tes
         ..NodeOptions::default()
     };
     match role {
-        Role::Replicated => Ok(Backing::Pair(ReplicaPair::start(dir, &binary, options)?)),
+        Role::Replicated => Ok(Backing::Pair(Box::new(ReplicaPair::start_in(
+            dir, binary, options,
+        )?))),
         Role::Aof | Role::Volatile => {
             let mut node = RedisNode::new(dir.to_path_buf(), binary, options)?;
             node.start()?;

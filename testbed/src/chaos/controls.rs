@@ -19,13 +19,11 @@ use std::time::{Duration, Instant};
 use quorumlock::{Hold, LockConfig, LockGuard, MultiLock, Quorum};
 
 use super::checker::{CheckReport, Floors, ViolationKind};
-use super::history::{self, HistoryWriter, What};
-use super::worker::{WorkerOptions, fenced_key, unfenced_key};
+use super::history::{HistoryWriter, What};
+use super::worker::{WorkerOptions, fenced_key, to_monotonic, unfenced_key};
 use super::workers::Workers;
 use super::{ChaosError, finish};
-use crate::{
-    ClockSkew, NodeOptions, Proxy, ReplicaPair, Restart, Testbed, redis_server_binary,
-};
+use crate::{ClockSkew, NodeOptions, Proxy, ReplicaPair, Restart, Testbed, redis_server_binary};
 
 /// One negative control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -113,6 +111,8 @@ pub struct ControlOutcome {
 /// (the client-pause control starts worker processes).
 pub fn run(control: Control, dir: &Path, worker_bin: &Path) -> Result<ControlOutcome, ChaosError> {
     std::fs::create_dir_all(dir).map_err(ChaosError::io(format!("creating {}", dir.display())))?;
+    // Servers run in subdirectories and get absolute paths.
+    let dir = &std::path::absolute(dir).map_err(ChaosError::io("resolving the run directory"))?;
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -193,7 +193,7 @@ impl Client {
                     .filter(|(_, (_, h))| *h == Hold::Held)
                     .map(|(i, _)| i)
                     .collect();
-                let deadline = history::now() + guard.validity().as_nanos() as u64;
+                let deadline = to_monotonic(guard.deadline());
                 let _ = self.log.log(What::Won {
                     key: key.into(),
                     hold: hold.clone(),
@@ -230,7 +230,7 @@ impl Client {
     }
 
     async fn release(&self, guard: LockGuard, hold: &str) {
-        let deadline = history::now() + guard.validity().as_nanos() as u64;
+        let deadline = to_monotonic(guard.deadline());
         let _ = self.log.log(What::Release {
             key: guard.key().to_string(),
             hold: hold.to_string(),
@@ -251,7 +251,8 @@ fn schedule(control: Control, step: impl Into<String>) -> ChaosError {
 /// The injector's own history of a control (fault bands, notes).
 fn injector(dir: &Path) -> Result<(HistoryWriter, PathBuf), ChaosError> {
     let path = dir.join("history-chaos.jsonl");
-    let log = HistoryWriter::create(&path, "chaos").map_err(ChaosError::io("creating a history"))?;
+    let log =
+        HistoryWriter::create(&path, "chaos").map_err(ChaosError::io("creating a history"))?;
     Ok((log, path))
 }
 
@@ -275,7 +276,7 @@ fn final_event(log: &HistoryWriter, keys_left: Vec<String>) {
 async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
     let c = Control::SingleNodeFailover;
     let binary = redis_server_binary()?;
-    let mut pair = ReplicaPair::start(&dir.join("pair"), &binary, NodeOptions::default())?;
+    let mut pair = ReplicaPair::start_in(dir.join("pair"), binary, NodeOptions::default())?;
     let proxy = Proxy::start(SocketAddr::from((
         Ipv4Addr::LOCALHOST,
         pair.master().port(),
@@ -286,7 +287,13 @@ async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), Chao
     let mut a = Client::new(dir, "A", vec![proxy.url()], ttl).await?;
     let mut b = Client::new(dir, "B", vec![proxy.url()], ttl).await?;
 
-    fault_start(&log, 1, "failover", "n0", "replication cut, lock written, master killed, replica promoted");
+    fault_start(
+        &log,
+        1,
+        "failover",
+        "n0",
+        "replication cut, lock written, master killed, replica promoted",
+    );
     pair.cut_link()?;
     let (guard_a, hold_a) = a
         .acquire("order:1", Duration::from_secs(1))
@@ -344,7 +351,13 @@ async fn immediate_restart(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosEr
         .arg(key)
         .query::<()>(&mut n2)
         .map_err(crate::TestbedError::from)?;
-    fault_start(&log, 1, "crash_restart_immediate_volatile", "n0", "SIGKILL, restart empty at once (no persistence, no delay)");
+    fault_start(
+        &log,
+        1,
+        "crash_restart_immediate_volatile",
+        "n0",
+        "SIGKILL, restart empty at once (no persistence, no delay)",
+    );
     nodes.node_mut(0).restart(Restart::immediate())?;
     let _ = log.log(What::FaultEnd { fault: 1 });
     let won_b = b.acquire(key, Duration::from_secs(3)).await;
@@ -377,7 +390,13 @@ async fn fast_clocks(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
         .acquire(key, Duration::from_secs(1))
         .await
         .ok_or_else(|| schedule(c, "A did not get the lock"))?;
-    fault_start(&log, 1, "clock_fast_beyond_drift", "n0,n1", "wall clock × 4 on a majority (allowance: 1 %)");
+    fault_start(
+        &log,
+        1,
+        "clock_fast_beyond_drift",
+        "n0,n1",
+        "wall clock × 4 on a majority (allowance: 1 %)",
+    );
     for i in [0, 1] {
         nodes.node(i).set_clock(ClockSkew {
             rate: 4.0,
@@ -415,7 +434,7 @@ fn client_pause(dir: &Path, worker_bin: &Path) -> Result<(Vec<PathBuf>, Floors),
         long_key: None,
         tasks: 1,
         ttl,
-        node_timeout: Duration::from_millis(200),
+        node_timeout: Duration::from_millis(100),
         drift_factor: 0.01,
         history: PathBuf::new(),
         seed: 7,
@@ -431,7 +450,13 @@ fn client_pause(dir: &Path, worker_bin: &Path) -> Result<(Vec<PathBuf>, Floors),
         return Err(schedule(c, format!("worker {a} never stopped itself")));
     }
     let stopped = Instant::now();
-    fault_start(&log, 1, "client_pause", &a, "stopped between its lock check and its writes");
+    fault_start(
+        &log,
+        1,
+        "client_pause",
+        &a,
+        "stopped between its lock check and its writes",
+    );
     let b = workers.spawn()?;
     let limit = Instant::now() + Duration::from_secs(8);
     while !workers.has_exited(&b) && Instant::now() < limit {

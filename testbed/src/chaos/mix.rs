@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use super::checker::{CheckReport, Floors};
 use super::cluster::{Backing, Cluster, Role, Slot};
 use super::faults::{FaultKind, Lane};
-use super::history::{self, HistoryWriter, What};
+use super::history::{HistoryWriter, What};
 use super::worker::{WorkerOptions, fenced_key, unfenced_key};
 use super::workers::Workers;
 use super::{ChaosError, finish};
@@ -117,6 +117,12 @@ pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
         options.dir.display()
     )))?;
     crate::sweep_stale_chains()?;
+    let dir =
+        std::path::absolute(&options.dir).map_err(ChaosError::io("resolving the run directory"))?;
+    let options = &MixOptions {
+        dir,
+        ..options.clone()
+    };
     let say = |text: &str| {
         if options.progress {
             eprintln!("{text}");
@@ -177,7 +183,10 @@ pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
         problems: Mutex::new(Vec::new()),
     };
     thread::scope(|scope| {
-        for (i, lane) in [Lane::Node, Lane::Link, Lane::Client].into_iter().enumerate() {
+        for (i, lane) in [Lane::Node, Lane::Link, Lane::Client]
+            .into_iter()
+            .enumerate()
+        {
             let kinds: Vec<FaultKind> = options
                 .faults
                 .iter()
@@ -216,7 +225,12 @@ pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
         unfenced,
         keys_left,
     });
-    for problem in ctx.problems.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+    for problem in ctx
+        .problems
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+    {
         let _ = log.log(What::Note {
             text: format!("problem: {problem}"),
         });
@@ -534,10 +548,7 @@ fn inject_node(
                 &target,
                 format!("{latency:?} ± {jitter:?} each way for {d:?}"),
             );
-            proxy.set_fault(NetFault::Delay { latency, jitter });
-            thread::sleep(d);
-            proxy.set_fault(NetFault::None);
-            ctx.end(fault);
+            hold_net_fault(ctx, fault, proxy, NetFault::Delay { latency, jitter }, d)?;
         }
         FaultKind::NetLoss => {
             let probability = rng.random_range(0.05..0.3);
@@ -551,26 +562,17 @@ fn inject_node(
                     probability * 100.0
                 ),
             );
-            proxy.set_fault(NetFault::Loss { probability, stall });
-            thread::sleep(d);
-            proxy.set_fault(NetFault::None);
-            ctx.end(fault);
+            hold_net_fault(ctx, fault, proxy, NetFault::Loss { probability, stall }, d)?;
         }
         FaultKind::NetPartition => {
             let d = millis(rng, 500, 2_000);
             let fault = ctx.start(kind, &target, format!("nothing passes for {d:?}"));
-            proxy.set_fault(NetFault::Blackhole);
-            thread::sleep(d);
-            proxy.set_fault(NetFault::None);
-            ctx.end(fault);
+            hold_net_fault(ctx, fault, proxy, NetFault::Blackhole, d)?;
         }
         FaultKind::NetReset => {
             let d = millis(rng, 200, 1_000);
             let fault = ctx.start(kind, &target, format!("connections reset for {d:?}"));
-            proxy.set_fault(NetFault::Reset);
-            thread::sleep(d);
-            proxy.set_fault(NetFault::None);
-            ctx.end(fault);
+            hold_net_fault(ctx, fault, proxy, NetFault::Reset, d)?;
         }
         FaultKind::ClockFast => {
             // Within the allowance: over one TTL the node gains less than
@@ -580,10 +582,7 @@ fn inject_node(
             let d = millis(rng, 2_000, 4_000);
             let fault = ctx.start(kind, &target, format!("wall clock × {rate:.4} for {d:?}"));
             let node = slot.backing.serving();
-            node.set_clock(ClockSkew {
-                rate,
-                offset_ms: 0,
-            })?;
+            node.set_clock(ClockSkew { rate, offset_ms: 0 })?;
             thread::sleep(d);
             node.set_clock(ClockSkew::NORMAL)?;
             ctx.end(fault);
@@ -608,6 +607,25 @@ fn inject_node(
         }
         FaultKind::ClientPause | FaultKind::ClientCrash => {}
     }
+    Ok(())
+}
+
+/// Applies `net` on the proxy for `d`, then lifts it and ends the fault
+/// (also when applying it failed).
+fn hold_net_fault(
+    ctx: &Ctx<'_>,
+    fault: u32,
+    proxy: &crate::Proxy,
+    net: NetFault,
+    d: Duration,
+) -> Result<(), ChaosError> {
+    let applied = proxy.set_fault(net);
+    if applied.is_ok() {
+        thread::sleep(d);
+    }
+    let lifted = proxy.set_fault(NetFault::None);
+    ctx.end(fault);
+    applied.and(lifted)?;
     Ok(())
 }
 

@@ -72,15 +72,22 @@ impl ChaosError {
 /// Merges the run's history files into `dir/history.jsonl`, checks it,
 /// and writes `dir/report.json` and `dir/timeline.svg`.
 pub fn finish(dir: &Path, inputs: &[PathBuf], floors: &Floors) -> Result<CheckReport, ChaosError> {
-    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).filter(|p| p.exists()).collect();
+    let inputs: Vec<&Path> = inputs
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|p| p.exists())
+        .collect();
     let merged = dir.join("history.jsonl");
-    let events = history::merge(&inputs, &merged)
-        .map_err(ChaosError::io(format!("merging the history into {}", merged.display())))?;
+    let events = history::merge(&inputs, &merged).map_err(ChaosError::io(format!(
+        "merging the history into {}",
+        merged.display()
+    )))?;
     let report = checker::check(&events, floors);
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| ChaosError::io("encoding report.json")(io::Error::other(e)))?;
     std::fs::write(dir.join("report.json"), json).map_err(ChaosError::io("writing report.json"))?;
     let svg = timeline::render_svg(&events, &report);
-    std::fs::write(dir.join("timeline.svg"), svg).map_err(ChaosError::io("writing timeline.svg"))?;
+    std::fs::write(dir.join("timeline.svg"), svg)
+        .map_err(ChaosError::io("writing timeline.svg"))?;
     Ok(report)
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use quorumlock::fenced::{FencedResource, Read, Write};
-use quorumlock::{Hold, HeldLock, LockConfig, LockGuard, MultiLock, Quorum, RetryPolicy};
+use quorumlock::{HeldLock, Hold, LockConfig, LockGuard, MultiLock, Quorum, RetryPolicy, Stamp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
@@ -147,9 +147,21 @@ struct Task {
     rng: StdRng,
 }
 
-/// A deadline on the deadline clock, as a `CLOCK_MONOTONIC` stamp.
-fn deadline_of(held: &HeldLock) -> history::Nanos {
-    history::now() + held.validity().as_nanos() as u64
+/// The hold's validity deadline as a `CLOCK_MONOTONIC` stamp.
+pub fn deadline_of(held: &HeldLock) -> history::Nanos {
+    to_monotonic(held.deadline())
+}
+
+/// A stamp on the lock's deadline clock (`CLOCK_BOOTTIME`) as a stamp on
+/// `CLOCK_MONOTONIC`; the two differ only by time spent suspended, so the
+/// difference is taken now. Also right for a deadline in the past (a
+/// paused holder's), which `validity()` would clamp to zero.
+pub fn to_monotonic(stamp: Stamp) -> history::Nanos {
+    let boot = Stamp::now();
+    let mono = history::now();
+    let ahead = stamp.saturating_since(boot).as_nanos() as u64;
+    let behind = boot.saturating_since(stamp).as_nanos() as u64;
+    (mono + ahead).saturating_sub(behind)
 }
 
 impl Task {
@@ -234,10 +246,7 @@ impl Task {
         self.update_counters(&held, &key, &hold, token, seq).await;
         if long.is_some() {
             // Work for 1–3 × the TTL: the watchdog must renew under faults.
-            let work = self
-                .options
-                .ttl
-                .mul_f64(self.rng.random_range(1.0..3.0));
+            let work = self.options.ttl.mul_f64(self.rng.random_range(1.0..3.0));
             tokio::select! {
                 _ = tokio::time::sleep(work) => {}
                 _ = held.lost() => {}
@@ -272,8 +281,7 @@ impl Task {
                 tokio::select! {
                     _ = &mut done_rx => return,
                     notice = &mut lost => {
-                        let deadline = history::now()
-                            .saturating_add(notice.deadline.remaining().as_nanos() as u64);
+                        let deadline = to_monotonic(notice.deadline);
                         let _ = log.log(What::Lost {
                             key: key.clone(),
                             hold: hold.clone(),

@@ -217,7 +217,10 @@ fn run_mix(args: MixArgs) -> ExitCode {
     match mix::run(&options) {
         Ok(outcome) => {
             println!("{}", outcome.report.summary_table());
-            println!("files: {}/{{history.jsonl,report.json,timeline.svg}}", outcome.dir.display());
+            println!(
+                "files: {}/{{history.jsonl,report.json,timeline.svg}}",
+                outcome.dir.display()
+            );
             if outcome.report.verdict == Verdict::Pass {
                 ExitCode::SUCCESS
             } else {
@@ -247,7 +250,11 @@ fn run_controls(names: &[String], out: &std::path::Path) -> ExitCode {
     let chosen: Vec<Control> = if names.is_empty() || names.iter().any(|n| n == "all") {
         Control::ALL.to_vec()
     } else {
-        match names.iter().map(|n| n.parse()).collect::<Result<Vec<Control>, _>>() {
+        match names
+            .iter()
+            .map(|n| n.parse())
+            .collect::<Result<Vec<Control>, _>>()
+        {
             Ok(list) => list,
             Err(e) => {
                 eprintln!("chaos: {e}");
@@ -260,7 +267,10 @@ fn run_controls(names: &[String], out: &std::path::Path) -> ExitCode {
         Err(code) => return code,
     };
     let mut all_caught = true;
-    println!("{:<22} {:>7}  {:<8} {}", "control", "took", "caught", "violations");
+    println!(
+        "{:<22} {:>7}  {:<8} violations",
+        "control", "took", "caught"
+    );
     for control in chosen {
         let dir = out.join(run_id(&format!("control-{}", control.name()), 0));
         match controls::run(control, &dir, &exe) {

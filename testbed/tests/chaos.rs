@@ -128,3 +128,20 @@ fn control_unfenced_client_pause_is_caught() {
     );
     assert!(outcome.report.stats.fenced_writes_rejected >= 1, "{table}");
 }
+
+#[test]
+fn the_same_failover_under_one_node_of_five_keeps_the_lock() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let dir = out("one_of_five_fails_over");
+    let report = controls::one_of_five_fails_over(&dir).expect("the schedule ran");
+    let table = report.summary_table();
+    println!("{table}");
+    assert_eq!(
+        report.verdict,
+        Verdict::Pass,
+        "files in {}\n{table}",
+        dir.display()
+    );
+    assert_eq!(report.stats.acquisitions, 1, "only A may hold it\n{table}");
+    assert_eq!(report.stats.failed, 1, "B must fail\n{table}");
+}

@@ -16,6 +16,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
+use std::time::Duration;
 
 use crate::{
     NetFault, NodeOptions, Persistence, Proxy, RedisNode, ReplicaPair, TestbedError,
@@ -31,6 +32,9 @@ pub enum Role {
     Volatile,
     /// Master with an async replica: failover.
     Replicated,
+    /// A server the run did not start (`--external`): only its link (the
+    /// proxy) can be faulted.
+    External,
 }
 
 /// The process(es) behind one lock node.
@@ -40,24 +44,75 @@ pub enum Backing {
     Single(RedisNode),
     /// A master and its replica.
     Pair(Box<ReplicaPair>),
+    /// A server someone else runs.
+    External(SocketAddr),
 }
 
 impl Backing {
-    /// The server clients reach now (the master of a pair).
-    pub fn serving(&self) -> &RedisNode {
+    /// The local server clients reach now (the master of a pair); `None`
+    /// for an external server.
+    pub fn serving(&self) -> Option<&RedisNode> {
         match self {
-            Backing::Single(node) => node,
-            Backing::Pair(pair) => pair.master(),
+            Backing::Single(node) => Some(node),
+            Backing::Pair(pair) => Some(pair.master()),
+            Backing::External(_) => None,
         }
     }
 
     /// See [`serving`](Self::serving).
-    pub fn serving_mut(&mut self) -> &mut RedisNode {
+    pub fn serving_mut(&mut self) -> Option<&mut RedisNode> {
         match self {
-            Backing::Single(node) => node,
-            Backing::Pair(pair) => pair.master_mut(),
+            Backing::Single(node) => Some(node),
+            Backing::Pair(pair) => Some(pair.master_mut()),
+            Backing::External(_) => None,
         }
     }
+
+    /// The address clients reach now (through the proxy).
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Backing::External(addr) => *addr,
+            Backing::Single(node) => addr_of(node),
+            Backing::Pair(pair) => addr_of(pair.master()),
+        }
+    }
+
+    /// A direct connection to the serving server, for inspection.
+    pub fn connection(&self) -> Result<redis::Connection, TestbedError> {
+        match self.serving() {
+            Some(node) => node.connection(),
+            None => connect(&format!("redis://{}", self.addr())),
+        }
+    }
+}
+
+/// The server of the protected counters.
+#[derive(Debug)]
+pub struct Resource {
+    url: String,
+    /// Set when the run started it.
+    node: Option<RedisNode>,
+}
+
+impl Resource {
+    /// Its URL.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// A direct connection, for inspection.
+    pub fn connection(&self) -> Result<redis::Connection, TestbedError> {
+        match &self.node {
+            Some(node) => node.connection(),
+            None => connect(&self.url),
+        }
+    }
+}
+
+/// A synchronous connection with 2 s timeouts.
+fn connect(url: &str) -> Result<redis::Connection, TestbedError> {
+    let client = redis::Client::open(url)?;
+    Ok(client.get_connection_with_timeout(Duration::from_secs(2))?)
 }
 
 /// One lock node: its role and its servers. Locked by the fault lane that
@@ -80,9 +135,9 @@ pub struct Cluster {
     /// Per lock node, its servers.
     pub slots: Vec<Mutex<Slot>>,
     /// The server of the protected counters.
-    pub resource: RedisNode,
+    pub resource: Resource,
     // Declared last: dropped after the servers that live in it.
-    _root: tempfile::TempDir,
+    _root: Option<tempfile::TempDir>,
 }
 
 /// The role of node `i` of `n` (see the module docs).
@@ -100,6 +155,29 @@ fn addr_of(node: &RedisNode) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, node.port()))
 }
 
+/// The address of a `redis://host:port` URL.
+fn resolve(url: &str) -> Result<SocketAddr, TestbedError> {
+    use std::net::ToSocketAddrs as _;
+    let info = redis::IntoConnectionInfo::into_connection_info(url)?;
+    let (host, port) = match info.addr().clone() {
+        redis::ConnectionAddr::Tcp(host, port) => (host, port),
+        _ => {
+            return Err(TestbedError::Io {
+                context: format!("external node {url:?}"),
+                source: std::io::Error::other("only redis://host:port URLs can be proxied"),
+            });
+        }
+    };
+    (host.as_str(), port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| TestbedError::Io {
+            context: format!("resolving external node {url:?}"),
+            source: std::io::Error::other("no address"),
+        })
+}
+
 impl Cluster {
     /// Starts `n` lock nodes (n ≥ 3) with their proxies, and the resource
     /// server.
@@ -115,6 +193,10 @@ impl Cluster {
             NodeOptions::default(),
         )?;
         resource.start()?;
+        let resource = Resource {
+            url: resource.url(),
+            node: Some(resource),
+        };
         let started: Vec<Result<Backing, TestbedError>> = thread::scope(|scope| {
             let handles: Vec<_> = (0..n)
                 .map(|i| {
@@ -132,7 +214,7 @@ impl Cluster {
         let mut proxies = Vec::with_capacity(n);
         for (i, backing) in started.into_iter().enumerate() {
             let backing = backing?;
-            proxies.push(Proxy::start(addr_of(backing.serving()))?);
+            proxies.push(Proxy::start(backing.addr())?);
             slots.push(Mutex::new(Slot {
                 index: i,
                 role: role_of(i, n),
@@ -143,7 +225,34 @@ impl Cluster {
             proxies,
             slots,
             resource,
-            _root: root,
+            _root: Some(root),
+        })
+    }
+
+    /// Puts a proxy in front of each of `nodes` (URLs of servers the run
+    /// did not start, e.g. the docker compose stack's) and uses `resource`
+    /// for the counters. Only link faults and client faults apply.
+    pub fn external(nodes: &[String], resource: &str) -> Result<Cluster, TestbedError> {
+        let mut slots = Vec::with_capacity(nodes.len());
+        let mut proxies = Vec::with_capacity(nodes.len());
+        for (i, url) in nodes.iter().enumerate() {
+            let addr = resolve(url)?;
+            proxies.push(Proxy::start(addr)?);
+            slots.push(Mutex::new(Slot {
+                index: i,
+                role: Role::External,
+                backing: Backing::External(addr),
+            }));
+        }
+        connect(resource)?;
+        Ok(Cluster {
+            proxies,
+            slots,
+            resource: Resource {
+                url: resource.to_string(),
+                node: None,
+            },
+            _root: None,
         })
     }
 
@@ -171,16 +280,17 @@ impl Cluster {
     pub fn heal_all(&self) -> Result<(), TestbedError> {
         for (i, proxy) in self.proxies.iter().enumerate() {
             let mut slot = self.slot(i);
-            let node = slot.backing.serving_mut();
-            if node.is_paused() {
-                node.resume()?;
+            if let Some(node) = slot.backing.serving_mut() {
+                if node.is_paused() {
+                    node.resume()?;
+                }
+                if !node.is_running() {
+                    node.start()?;
+                }
+                node.set_clock(crate::ClockSkew::NORMAL)?;
             }
-            if !node.is_running() {
-                node.start()?;
-            }
-            node.set_clock(crate::ClockSkew::NORMAL)?;
             proxy.set_fault(NetFault::None)?;
-            proxy.set_upstream(addr_of(slot.backing.serving()));
+            proxy.set_upstream(slot.backing.addr());
         }
         Ok(())
     }
@@ -191,7 +301,7 @@ impl Cluster {
         let mut found = Vec::new();
         for i in 0..self.slots.len() {
             let slot = self.slot(i);
-            let mut con = slot.backing.serving().connection()?;
+            let mut con = slot.backing.connection()?;
             let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con)?;
             found.extend(
                 keys.into_iter()
@@ -223,5 +333,9 @@ fn start_backing(dir: &Path, binary: PathBuf, role: Role) -> Result<Backing, Tes
             node.start()?;
             Ok(Backing::Single(node))
         }
+        Role::External => Err(TestbedError::Io {
+            context: "an external node is not started by the run".into(),
+            source: std::io::Error::other("external"),
+        }),
     }
 }

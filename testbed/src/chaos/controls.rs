@@ -317,6 +317,66 @@ async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), Chao
     ))
 }
 
+/// The passing twin of [`Control::SingleNodeFailover`]: the same
+/// schedule, but the lock spans 5 nodes and only the last one fails over.
+/// A held all 5, so B finds 4 of them still taken and must not win.
+/// Returns the checker's report (its verdict must be a pass, with B's
+/// attempt failed).
+pub fn one_of_five_fails_over(dir: &Path) -> Result<CheckReport, ChaosError> {
+    std::fs::create_dir_all(dir).map_err(ChaosError::io(format!("creating {}", dir.display())))?;
+    let dir = &std::path::absolute(dir).map_err(ChaosError::io("resolving the run directory"))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(ChaosError::io("starting a Tokio runtime"))?;
+    let inputs = runtime.block_on(async {
+        let binary = redis_server_binary()?;
+        let plain = Testbed::start(4)?;
+        let mut pair = ReplicaPair::start_in(dir.join("pair"), binary, NodeOptions::default())?;
+        let proxy = Proxy::start(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            pair.master().port(),
+        )))?;
+        pair.wait_in_sync(Duration::from_secs(5))?;
+        let mut urls = plain.urls();
+        urls.push(proxy.url());
+        let (log, chaos) = injector(dir)?;
+        let ttl = Duration::from_secs(5);
+        let mut a = Client::new(dir, "A", urls.clone(), ttl).await?;
+        let mut b = Client::new(dir, "B", urls, ttl).await?;
+        fault_start(
+            &log,
+            1,
+            "failover",
+            "n4",
+            "replication cut, lock written, master killed, replica promoted",
+        );
+        pair.cut_link()?;
+        let (guard_a, hold_a) = a
+            .acquire("order:5", Duration::from_secs(1))
+            .await
+            .ok_or_else(|| schedule(Control::SingleNodeFailover, "A did not get the lock"))?;
+        // Wait until A's key is on all five (the last may answer after the
+        // quorum): the twin is about a holder with every node.
+        let limit = Instant::now() + Duration::from_secs(2);
+        while guard_a.held_nodes().count() < 5 && Instant::now() < limit {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let promoted = pair.fail_over()?;
+        proxy.set_upstream(promoted);
+        let _ = log.log(What::FaultEnd { fault: 1 });
+        if let Some((guard_b, hold_b)) = b.acquire("order:5", Duration::from_millis(500)).await {
+            b.release(guard_b, &hold_b).await;
+        }
+        a.release(guard_a, &hold_a).await;
+        final_event(&log, Vec::new());
+        Ok::<_, ChaosError>(vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos])
+    })?;
+    drop(runtime);
+    finish(dir, &inputs, &Floors::none())
+}
+
 async fn immediate_restart(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
     let c = Control::ImmediateRestart;
     let mut nodes = Testbed::start(3)?;

@@ -54,6 +54,33 @@ pub struct MixOptions {
     pub floors: Floors,
     /// Print progress to standard error while it runs.
     pub progress: bool,
+    /// Run against servers someone else started instead of starting nodes.
+    pub external: Option<External>,
+}
+
+/// Servers the run did not start (e.g. `testbed/docker-compose.yml`).
+#[derive(Clone, Debug)]
+pub struct External {
+    /// The lock nodes' URLs; the run puts a proxy in front of each.
+    pub nodes: Vec<String>,
+    /// The URL of the server for the protected counters.
+    pub resource: String,
+}
+
+impl External {
+    /// The fault kinds that apply to servers the run cannot signal: link
+    /// faults (through the proxies) and client faults.
+    pub fn applicable(kind: FaultKind) -> bool {
+        matches!(
+            kind,
+            FaultKind::NetDelay
+                | FaultKind::NetLoss
+                | FaultKind::NetPartition
+                | FaultKind::NetReset
+                | FaultKind::ClientPause
+                | FaultKind::ClientCrash
+        )
+    }
 }
 
 impl MixOptions {
@@ -74,6 +101,7 @@ impl MixOptions {
             drift_factor: 0.02,
             floors: Floors::none(),
             progress: true,
+            external: None,
         }
     }
 
@@ -104,8 +132,25 @@ struct Ctx<'a> {
     problems: Mutex<Vec<String>>,
 }
 
-/// Runs the mix and checks it.
+/// Runs the mix and checks it: on nodes it starts, or on
+/// [`MixOptions::external`] servers.
 pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
+    if let Some(external) = &options.external {
+        let nodes = external.nodes.len();
+        if let Some(kind) = options.faults.iter().find(|k| !External::applicable(**k)) {
+            return Err(ChaosError::Options(format!(
+                "--faults {kind}: against external servers only link and client faults apply (net_delay, net_loss, net_partition, net_reset, client_pause, client_crash)"
+            )));
+        }
+        return run_on(&MixOptions {
+            nodes,
+            ..options.clone()
+        });
+    }
+    run_on(options)
+}
+
+fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
     if options.nodes < 3 {
         return Err(ChaosError::Options(format!(
             "--nodes {}: the mix needs at least 3 nodes",
@@ -116,7 +161,10 @@ pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
         "creating {}",
         options.dir.display()
     )))?;
-    crate::sweep_stale_chains()?;
+    if options.external.is_none() {
+        // Chains a killed run left behind (the failover's link cut).
+        crate::sweep_stale_chains()?;
+    }
     let dir =
         std::path::absolute(&options.dir).map_err(ChaosError::io("resolving the run directory"))?;
     let options = &MixOptions {
@@ -138,11 +186,17 @@ pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
         options.seed,
         options.duration
     ));
-    let cluster = Cluster::start(options.nodes)?;
+    let cluster = match &options.external {
+        Some(external) => Cluster::external(&external.nodes, &external.resource)?,
+        None => Cluster::start(options.nodes)?,
+    };
+    let keys: Vec<String> = (0..options.keys).map(|i| format!("k{i}")).collect();
+    let mut names = keys.clone();
+    names.push("job".to_string());
+    reset_counters(&cluster, &names)?;
     let chaos_history = options.dir.join("history-chaos.jsonl");
     let log = HistoryWriter::create(&chaos_history, "chaos")
         .map_err(ChaosError::io("creating the chaos history"))?;
-    let keys: Vec<String> = (0..options.keys).map(|i| format!("k{i}")).collect();
     let template = WorkerOptions {
         id: String::new(),
         nodes: cluster.urls(),
@@ -217,8 +271,6 @@ pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
     let quiet = options.ttl + options.ttl / 2 + Duration::from_millis(500);
     thread::sleep(quiet);
     let keys_left = cluster.lock_keys()?;
-    let mut names = keys.clone();
-    names.push("job".to_string());
     let (fenced, unfenced) = read_counters(&cluster, &names)?;
     let _ = log.log(What::Final {
         fenced,
@@ -243,6 +295,20 @@ pub fn run(options: &MixOptions) -> Result<Outcome, ChaosError> {
         dir: options.dir.clone(),
         report,
     })
+}
+
+/// Deletes the counters a previous run left on a reused resource server,
+/// so that the final values count this run's writes only.
+fn reset_counters(cluster: &Cluster, names: &[String]) -> Result<(), ChaosError> {
+    let mut con = cluster.resource.connection()?;
+    for name in names {
+        redis::cmd("DEL")
+            .arg(fenced_key(name))
+            .arg(unfenced_key(name))
+            .query::<()>(&mut con)
+            .map_err(crate::TestbedError::from)?;
+    }
+    Ok(())
 }
 
 /// The fenced and unfenced counters of every name.
@@ -447,7 +513,11 @@ fn inject(ctx: &Ctx<'_>, kind: FaultKind, rng: &mut StdRng) -> Result<(), ChaosE
                 FaultKind::CrashRestartAof => role == Role::Aof,
                 FaultKind::CrashRestartDelayed => role == Role::Volatile,
                 FaultKind::Failover => role == Role::Replicated,
-                _ => true,
+                FaultKind::NetDelay
+                | FaultKind::NetLoss
+                | FaultKind::NetPartition
+                | FaultKind::NetReset => true,
+                _ => role != Role::External,
             };
             let Some(mut slot) = ctx.free_slot(rng, fits) else {
                 return Ok(());
@@ -471,7 +541,7 @@ fn inject_node(
         FaultKind::NodePause => {
             let d = millis(rng, 500, 2_000);
             let fault = ctx.start(kind, &target, format!("SIGSTOP for {d:?}"));
-            let node = slot.backing.serving_mut();
+            let node = local(slot)?;
             let paused = node.pause();
             thread::sleep(d);
             let resumed = node.resume();
@@ -481,7 +551,7 @@ fn inject_node(
         FaultKind::NodeStall => {
             let d = millis(rng, 300, 1_500);
             let fault = ctx.start(kind, &target, format!("CLIENT PAUSE {} ALL", d.as_millis()));
-            let mut con = slot.backing.serving().connection()?;
+            let mut con = local(slot)?.connection()?;
             let paused: Result<(), _> = redis::cmd("CLIENT")
                 .arg("PAUSE")
                 .arg(d.as_millis() as u64)
@@ -497,7 +567,7 @@ fn inject_node(
                 &target,
                 "SIGKILL, restart at once with its AOF (appendfsync always)".into(),
             );
-            let restarted = slot.backing.serving_mut().restart(Restart::immediate());
+            let restarted = local(slot)?.restart(Restart::immediate());
             ctx.end(fault);
             restarted?;
         }
@@ -508,10 +578,7 @@ fn inject_node(
                 &target,
                 format!("SIGKILL, restart empty after {down:?} (TTL {ttl:?})"),
             );
-            let restarted = slot
-                .backing
-                .serving_mut()
-                .restart(Restart::after(down).wiping());
+            let restarted = local(slot)?.restart(Restart::after(down).wiping());
             ctx.end(fault);
             restarted?;
         }
@@ -581,7 +648,7 @@ fn inject_node(
             let rate = 1.0 + rng.random_range(0.25..1.0) * (limit - 1.0);
             let d = millis(rng, 2_000, 4_000);
             let fault = ctx.start(kind, &target, format!("wall clock × {rate:.4} for {d:?}"));
-            let node = slot.backing.serving();
+            let node = local(slot)?;
             node.set_clock(ClockSkew { rate, offset_ms: 0 })?;
             thread::sleep(d);
             node.set_clock(ClockSkew::NORMAL)?;
@@ -596,7 +663,7 @@ fn inject_node(
                 &target,
                 format!("wall clock +{step} ms for {d:?}, then back"),
             );
-            let node = slot.backing.serving();
+            let node = local(slot)?;
             node.set_clock(ClockSkew {
                 rate: 1.0,
                 offset_ms: step,
@@ -608,6 +675,16 @@ fn inject_node(
         FaultKind::ClientPause | FaultKind::ClientCrash => {}
     }
     Ok(())
+}
+
+/// The local server of a slot, for the faults that need its process.
+fn local(slot: &mut Slot) -> Result<&mut crate::RedisNode, ChaosError> {
+    let index = slot.index;
+    slot.backing.serving_mut().ok_or_else(|| {
+        ChaosError::Options(format!(
+            "n{index} is external: only its link can be faulted"
+        ))
+    })
 }
 
 /// Applies `net` on the proxy for `d`, then lifts it and ends the fault

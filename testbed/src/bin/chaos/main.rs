@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use quorumlock_testbed::chaos::checker::{CheckReport, Floors, Verdict, ViolationKind};
 use quorumlock_testbed::chaos::controls::{self, Control};
 use quorumlock_testbed::chaos::faults::{self, FaultKind};
-use quorumlock_testbed::chaos::mix::{self, MixOptions};
+use quorumlock_testbed::chaos::mix::{self, External, MixOptions};
 use quorumlock_testbed::chaos::worker::{self, WorkerOptions};
 
 #[derive(Parser, Debug)]
@@ -66,6 +66,14 @@ struct MixArgs {
     /// Where runs go (a subdirectory per run).
     #[arg(long, default_value = "target/chaos")]
     out: PathBuf,
+    /// Run against servers you started (e.g. testbed/docker-compose.yml):
+    /// the lock nodes' URLs, comma-separated. Only link and client faults
+    /// apply; needs --resource.
+    #[arg(long, value_delimiter = ',', requires = "resource")]
+    external: Vec<String>,
+    /// With --external: the server for the protected counters.
+    #[arg(long)]
+    resource: Option<String>,
     /// Coverage floors of the full run: acquisitions (scaled to the
     /// duration: 125 per second), faults (one per 4 s), every kind given,
     /// 25% of acquisitions started during a fault. `--no-floors` checks
@@ -181,7 +189,26 @@ fn run_id(prefix: &str, seed: u64) -> String {
 }
 
 fn run_mix(args: MixArgs) -> ExitCode {
+    let external = match (&args.external[..], &args.resource) {
+        ([], None) => None,
+        ([], Some(_)) => {
+            eprintln!("chaos: --resource only applies with --external");
+            return ExitCode::from(2);
+        }
+        (nodes, Some(resource)) => Some(External {
+            nodes: nodes.to_vec(),
+            resource: resource.clone(),
+        }),
+        (_, None) => {
+            eprintln!("chaos: --external needs --resource");
+            return ExitCode::from(2);
+        }
+    };
     let kinds = match faults::parse_list(&args.faults) {
+        Ok(kinds) if external.is_some() && args.faults == "all" => kinds
+            .into_iter()
+            .filter(|k| External::applicable(*k))
+            .collect(),
         Ok(kinds) if !kinds.is_empty() => kinds,
         Ok(_) => {
             eprintln!("chaos: --faults {:?} names no fault", args.faults);
@@ -214,6 +241,7 @@ fn run_mix(args: MixArgs) -> ExitCode {
         full_run_floors(args.duration, &kinds)
     };
     options.faults = kinds;
+    options.external = external;
     match mix::run(&options) {
         Ok(outcome) => {
             println!("{}", outcome.report.summary_table());

@@ -60,9 +60,15 @@
 //!    nodes** confirmed and the lock is still held (before its deadline).
 //!
 //! **Read rule.** The reads must include, for every name, a *present*
-//! counter from a majority of the nodes, or an answer from every node. A
-//! node without the counter does not count towards the majority: it may
-//! have lost its data.
+//! counter from a majority of the nodes plus one (on 5 nodes or more: 4 of
+//! 5, 5 of 7; on 3 or 4 nodes a majority), or an answer from every node. A
+//! node without the counter does not count: it may have lost its data. The
+//! extra node covers a counter that went *back* rather than away: a node
+//! that failed over to a replica which had not yet received the last
+//! raises. The chaos suite found that case (`testbed/run chaos`, fault
+//! `failover`): with a bare majority, a holder whose raise majority
+//! included the failed-over node and a later holder that read the other
+//! two nodes plus that one got the same token.
 //!
 //! The uncontended cost is one round trip (step 3), paid on the first call
 //! only: the token is cached, and holds re-entered through
@@ -79,13 +85,18 @@
 //! * B reads a counter from a node only after winning the key there
 //!   (acquire) or after its own hold began (extra read), so after A's raise
 //!   on that node, if the node is in `M_A`.
-//! * A present counter below `p_A` can only be on a node outside `M_A`:
+//! * A present counter below `p_A` can only be on a node outside `M_A`, or
+//!   on the one node of `M_A` whose counter went back (a failover):
 //!   a node of `M_A` that lost its data has no counter, and only a holder
 //!   writes one again, with a token larger than `p_A` (by this argument for
 //!   that holder). At most `N − |M_A|` nodes are outside `M_A`, fewer than a
-//!   majority, so a majority of present counters includes one `≥ p_A`.
+//!   majority, so `majority + 1` present counters include two nodes of
+//!   `M_A`, at least one of which did not go back: its counter is `≥ p_A`.
+//!   (On 3 or 4 nodes the rule needs a majority, which tolerates no
+//!   rollback.)
 //! * If B instead heard every node, at least one node of `M_A` kept its data
-//!   (at most a minority loses data), and B read its counter `≥ p_A`.
+//!   (at most a minority loses or rolls back data), and B read its counter
+//!   `≥ p_A`.
 //! * Either way B's `p_B` is above `p_A`. Tokens of one holder's re-entries
 //!   are the same token.
 //!
@@ -93,14 +104,15 @@
 //!
 //! * It needs mutual exclusion: the Redlock assumptions (clocks within the
 //!   drift allowance, a node that loses its data stays out for a TTL) hold.
-//! * More than a minority of nodes losing their data at once, or an
-//!   operator deleting or lowering counters, can make a token repeat or go
-//!   down. A node restored from an old backup counts as a node that kept
-//!   stale data: restore it empty instead.
+//! * More than a minority of nodes losing their data at once, more than one
+//!   node whose counter goes back (on 3 or 4 nodes: any), or an operator
+//!   deleting or lowering counters, can make a token repeat or go down. A
+//!   failover to a lagging replica or a node restored from an old backup
+//!   makes a counter go back: restore a node empty instead.
 //! * The token does not say the lock is still held: check
 //!   [`HeldLock::is_held`], and let the resource reject stale writes.
 //! * The first token of a name needs every node to answer (no node has a
-//!   counter yet), or a majority that already has counters.
+//!   counter yet), or a majority plus one that already have counters.
 //! * Counters are Lua numbers on the nodes: exact up to 2^53.
 //! * Counters are never deleted; each name that ever had a token keeps one
 //!   small key per node.
@@ -174,8 +186,23 @@ fn majority(n: usize) -> usize {
     n / 2 + 1
 }
 
-/// The read rule: for every name a present counter on a majority of the
-/// nodes, or an answer from every node.
+/// How many nodes whose counter went *back* (a failover to a replica that
+/// lagged) the read rule tolerates: one when the nodes outside a majority
+/// leave room for it (5 nodes or more), else none.
+fn rollbacks_tolerated(n: usize) -> usize {
+    usize::from(n - majority(n) >= 2)
+}
+
+/// How many present counters the read rule needs: a majority, plus one per
+/// tolerated rollback, so that every later reader meets at least one node
+/// of the holder's raise majority that neither lost nor rolled back its
+/// counter.
+pub(crate) fn present_needed(n: usize) -> usize {
+    majority(n) + rollbacks_tolerated(n)
+}
+
+/// The read rule: for every name a present counter on
+/// [`present_needed`] nodes, or an answer from every node.
 pub(crate) fn reads_suffice(reads: &[Read], names: usize) -> bool {
     let n = reads.len();
     if reads.iter().all(Option::is_some) {
@@ -187,7 +214,7 @@ pub(crate) fn reads_suffice(reads: &[Read], names: usize) -> bool {
             .flatten()
             .filter(|r| r.get(k).copied().flatten().is_some())
             .count();
-        present >= majority(n)
+        present >= present_needed(n)
     })
 }
 
@@ -247,7 +274,7 @@ async fn establish(lease: &Arc<Lease>) -> Result<u64, Error> {
                 });
             return Err(Error::FencingUnavailable {
                 key: lease.name.to_string(),
-                required: majority(n),
+                required: present_needed(n),
                 confirmed: 0,
                 nodes: lock.outcome_reports(outcomes, end == End::DeadlinePassed),
             });
@@ -311,23 +338,37 @@ mod tests {
 
     #[test]
     fn the_read_rule_counts_present_counters_or_every_node() {
-        // 5 nodes, one name: three present counters suffice.
-        let three = [
+        // 5 nodes, one name: four present counters suffice, three do not
+        // (one of them may have gone back in a failover).
+        let four = [
             read(&[Some(4)]),
             read(&[Some(9)]),
             read(&[Some(1)]),
-            None,
+            read(&[Some(2)]),
             None,
         ];
-        assert!(reads_suffice(&three, 1));
-        assert_eq!(next_token(&three), 10);
+        assert!(reads_suffice(&four, 1));
+        assert_eq!(next_token(&four), 10);
+        assert!(!reads_suffice(
+            &four[..3]
+                .iter()
+                .cloned()
+                .chain([None, None])
+                .collect::<Vec<_>>(),
+            1
+        ));
+        // 3 nodes: a majority.
+        assert!(reads_suffice(
+            &[read(&[Some(4)]), read(&[Some(9)]), None],
+            1
+        ));
         // A node without a counter (lost its data, or never raised) does
         // not count towards the majority.
         let absent = [
             read(&[Some(4)]),
             read(&[None]),
             read(&[Some(1)]),
-            None,
+            read(&[Some(2)]),
             None,
         ];
         assert!(!reads_suffice(&absent, 1));
@@ -359,6 +400,69 @@ mod tests {
         let reads_b = [None, read(&[Some(counters[1])]), read(&[Some(counters[2])])];
         let b = next_token(&reads_b);
         assert!(b > a, "{b} > {a}");
+    }
+
+    #[test]
+    fn a_counter_that_went_back_in_a_failover_does_not_repeat_a_token() {
+        // The chaos suite's case: 5 nodes, A raises {n0, n1, n4} to 1240;
+        // n2 and n3 stay at 1239; n4 fails over to a replica at 1229.
+        let counters = [1240u64, 1240, 1239, 1239, 1229];
+        let reads_b = [
+            None,
+            None,
+            read(&[Some(counters[2])]),
+            read(&[Some(counters[3])]),
+            read(&[Some(counters[4])]),
+        ];
+        // A bare majority would give B 1240 again: the rule asks for more.
+        assert!(!reads_suffice(&reads_b, 1));
+        let all: Vec<Read> = counters.iter().map(|c| read(&[Some(*c)])).collect();
+        assert!(next_token(&all) > 1240);
+    }
+
+    proptest! {
+        /// Histories where, besides nodes losing their data, one node (a
+        /// replicated one) may fail over to any earlier state of its
+        /// counter: tokens still strictly increase on 5 nodes.
+        #[test]
+        fn tokens_increase_with_one_node_rolling_back(
+            steps in prop::collection::vec(
+                (0u8..32, 0u8..32, prop::option::of(0usize..4), prop::option::of(0usize..64)),
+                1..60,
+            )
+        ) {
+            const N: usize = 5;
+            const REPLICATED: usize = 4;
+            let mut counters: [Option<u64>; N] = [None; N];
+            let mut history: Vec<Option<u64>> = vec![None];
+            let mut last = 0u64;
+            for (read_mask, raise_mask, lose, rollback) in steps {
+                if let Some(node) = lose {
+                    counters[node] = None;
+                }
+                if let Some(back) = rollback {
+                    counters[REPLICATED] = history[back % history.len()];
+                }
+                let mut reads: Vec<Read> = (0..N)
+                    .map(|i| if read_mask >> i & 1 == 1 { read(&[counters[i]]) } else { None })
+                    .collect();
+                if !reads_suffice(&reads, 1) {
+                    reads = (0..N).map(|i| read(&[counters[i]])).collect();
+                }
+                let token = next_token(&reads);
+                let mut raised: Vec<usize> = (0..N).filter(|i| raise_mask >> i & 1 == 1).collect();
+                for i in 0..N {
+                    if raised.len() >= majority(N) { break; }
+                    if !raised.contains(&i) { raised.push(i); }
+                }
+                for &i in &raised {
+                    counters[i] = Some(counters[i].unwrap_or(0).max(token));
+                }
+                history.push(counters[REPLICATED]);
+                prop_assert!(token > last, "token {} after {}", token, last);
+                last = token;
+            }
+        }
     }
 
     proptest! {

@@ -348,6 +348,10 @@ impl Waiter<'_> {
             match turn.try_lock_owned() {
                 Ok(guard) => self.turn = Some(guard),
                 Err(_) => {
+                    if self.seen.len() != registration.notices.len() {
+                        // Registered after the attempt: count from now.
+                        self.seen = snapshot(&mut registration.notices);
+                    }
                     // Another waiter of this lock service attempts for the
                     // name: queue behind it, sending nothing meanwhile.
                     let Ok(guard) = tokio::time::timeout_at(
@@ -359,13 +363,15 @@ impl Waiter<'_> {
                         return Woken::Retry;
                     };
                     self.turn = Some(guard);
-                    // Whatever was released while others had the turn went
-                    // to them: count notices from now on.
-                    self.seen = registration
-                        .notices
-                        .iter_mut()
-                        .map(|n| n.borrow_and_update().clone())
-                        .collect();
+                    // The waiter before us may have won and released
+                    // already, before we could offer a handoff: its release
+                    // is among the notices since we queued. Any notice at
+                    // all: attempt now rather than sleep through it. (A
+                    // fresh count here once lost that release, and the
+                    // waiter slept its whole backoff.)
+                    if notices_since(&registration.notices, &self.seen) {
+                        return Woken::Retry;
+                    }
                 }
             }
         }
@@ -387,11 +393,7 @@ impl Waiter<'_> {
         let needed = wake.required.saturating_sub(won).max(1);
         if self.seen.len() != registration.notices.len() {
             // Registered after the attempt: count from now.
-            self.seen = registration
-                .notices
-                .iter_mut()
-                .map(|n| n.borrow_and_update().clone())
-                .collect();
+            self.seen = snapshot(&mut registration.notices);
         }
         let sleep = tokio::time::sleep_until(until);
         tokio::pin!(sleep);
@@ -460,6 +462,22 @@ impl Waiter<'_> {
         }
         woken
     }
+}
+
+/// The notice counts of every name now, marked as seen.
+fn snapshot(notices: &mut [watch::Receiver<Box<[u64]>>]) -> Vec<Box<[u64]>> {
+    notices
+        .iter_mut()
+        .map(|n| n.borrow_and_update().clone())
+        .collect()
+}
+
+/// Whether any release was announced (by a node or locally) since `seen`.
+fn notices_since(notices: &[watch::Receiver<Box<[u64]>>], seen: &[Box<[u64]>]) -> bool {
+    notices
+        .iter()
+        .zip(seen)
+        .any(|(now, seen)| now.borrow().iter().zip(seen.iter()).any(|(n, s)| n > s))
 }
 
 /// What ended one pass of a wait.

@@ -25,6 +25,10 @@ use super::workers::Workers;
 use super::{ChaosError, finish};
 use crate::{ClockSkew, NodeOptions, Proxy, ReplicaPair, Restart, Testbed, redis_server_binary};
 
+/// How long B works under a lock it should not have got (the overlap's
+/// length in the timeline).
+const WORK: Duration = Duration::from_millis(300);
+
 /// One negative control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Control {
@@ -307,6 +311,9 @@ async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), Chao
     let _ = log.log(What::FaultEnd { fault: 1 });
     let won_b = b.acquire("order:1", Duration::from_secs(3)).await;
     if let Some((guard_b, hold_b)) = won_b {
+        // B works a moment while A still believes it holds the lock, so the
+        // overlap shows in the timeline.
+        tokio::time::sleep(WORK).await;
         b.release(guard_b, &hold_b).await;
     }
     a.release(guard_a, &hold_a).await;
@@ -422,6 +429,9 @@ async fn immediate_restart(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosEr
     let _ = log.log(What::FaultEnd { fault: 1 });
     let won_b = b.acquire(key, Duration::from_secs(3)).await;
     if let Some((guard_b, hold_b)) = won_b {
+        // B works a moment while A still believes it holds the lock, so the
+        // overlap shows in the timeline.
+        tokio::time::sleep(WORK).await;
         b.release(guard_b, &hold_b).await;
     }
     a.release(guard_a, &hold_a).await;
@@ -469,6 +479,9 @@ async fn fast_clocks(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
     }
     let _ = log.log(What::FaultEnd { fault: 1 });
     if let Some((guard_b, hold_b)) = won_b {
+        // B works a moment while A still believes it holds the lock, so the
+        // overlap shows in the timeline.
+        tokio::time::sleep(WORK).await;
         b.release(guard_b, &hold_b).await;
     }
     a.release(guard_a, &hold_a).await;

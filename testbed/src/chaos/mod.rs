@@ -11,6 +11,31 @@
 //!   assumptions on purpose; the checker must catch every one.
 //! - [`checker`] / [`timeline`]: the verdict, `report.json` and
 //!   `timeline.svg`.
+//!
+//! The checker works on any history, so it can be tried on a hand-made
+//! one: two holders of one name whose intervals meet fail the check.
+//!
+//! ```
+//! use quorumlock_testbed::chaos::checker::{check, Floors, Verdict, ViolationKind};
+//! use quorumlock_testbed::chaos::history::{Event, What};
+//!
+//! let ms = 1_000_000; // history stamps are nanoseconds
+//! let event = |t, src: &str, what| Event { t, src: src.into(), what };
+//! let won = |hold: &str, deadline| What::Won {
+//!     key: "order".into(),
+//!     hold: hold.into(),
+//!     deadline,
+//!     nodes: vec![0, 1, 2],
+//! };
+//! let history = vec![
+//!     event(0, "A", won("A-1", 1_000 * ms)),
+//!     // B wins while A's validity still runs: the lock was broken.
+//!     event(400 * ms, "B", won("B-1", 1_400 * ms)),
+//! ];
+//! let report = check(&history, &Floors::none());
+//! assert_eq!(report.verdict, Verdict::Fail);
+//! assert_eq!(report.count(ViolationKind::Overlap), 1);
+//! ```
 
 use std::io;
 use std::path::{Path, PathBuf};

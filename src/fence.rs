@@ -402,6 +402,43 @@ mod tests {
         assert!(b > a, "{b} > {a}");
     }
 
+    /// One holder of the property tests: reads the nodes in `read_mask`
+    /// (all of them when that is not enough, as the extra read round
+    /// does), picks its token and raises the nodes in `raise_mask`, topped
+    /// up to a majority.
+    fn take_token<const N: usize>(
+        counters: &mut [Option<u64>; N],
+        read_mask: u8,
+        raise_mask: u8,
+    ) -> u64 {
+        let mut reads: Vec<Read> = (0..N)
+            .map(|i| {
+                if read_mask >> i & 1 == 1 {
+                    read(&[counters[i]])
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if !reads_suffice(&reads, 1) {
+            reads = (0..N).map(|i| read(&[counters[i]])).collect();
+        }
+        let token = next_token(&reads);
+        let mut raised: Vec<usize> = (0..N).filter(|i| raise_mask >> i & 1 == 1).collect();
+        for i in 0..N {
+            if raised.len() >= majority(N) {
+                break;
+            }
+            if !raised.contains(&i) {
+                raised.push(i);
+            }
+        }
+        for &i in &raised {
+            counters[i] = Some(counters[i].unwrap_or(0).max(token));
+        }
+        token
+    }
+
     #[test]
     fn a_counter_that_went_back_in_a_failover_does_not_repeat_a_token() {
         // The chaos suite's case: 5 nodes, A raises {n0, n1, n4} to 1240;
@@ -443,21 +480,7 @@ mod tests {
                 if let Some(back) = rollback {
                     counters[REPLICATED] = history[back % history.len()];
                 }
-                let mut reads: Vec<Read> = (0..N)
-                    .map(|i| if read_mask >> i & 1 == 1 { read(&[counters[i]]) } else { None })
-                    .collect();
-                if !reads_suffice(&reads, 1) {
-                    reads = (0..N).map(|i| read(&[counters[i]])).collect();
-                }
-                let token = next_token(&reads);
-                let mut raised: Vec<usize> = (0..N).filter(|i| raise_mask >> i & 1 == 1).collect();
-                for i in 0..N {
-                    if raised.len() >= majority(N) { break; }
-                    if !raised.contains(&i) { raised.push(i); }
-                }
-                for &i in &raised {
-                    counters[i] = Some(counters[i].unwrap_or(0).max(token));
-                }
+                let token = take_token(&mut counters, read_mask, raise_mask);
                 history.push(counters[REPLICATED]);
                 prop_assert!(token > last, "token {} after {}", token, last);
                 last = token;
@@ -481,22 +504,7 @@ mod tests {
                 if let Some(node) = lose {
                     counters[node] = None;
                 }
-                let mut reads: Vec<Read> = (0..N)
-                    .map(|i| if read_mask >> i & 1 == 1 { read(&[counters[i]]) } else { None })
-                    .collect();
-                if !reads_suffice(&reads, 1) {
-                    // The extra read round hears every node.
-                    reads = (0..N).map(|i| read(&[counters[i]])).collect();
-                }
-                let token = next_token(&reads);
-                let mut raised: Vec<usize> = (0..N).filter(|i| raise_mask >> i & 1 == 1).collect();
-                for i in 0..N {
-                    if raised.len() >= majority(N) { break; }
-                    if !raised.contains(&i) { raised.push(i); }
-                }
-                for &i in &raised {
-                    counters[i] = Some(counters[i].unwrap_or(0).max(token));
-                }
+                let token = take_token(&mut counters, read_mask, raise_mask);
                 prop_assert!(token > last, "token {} after {}", token, last);
                 last = token;
             }

@@ -269,12 +269,32 @@ fn fault_start(log: &HistoryWriter, fault: u32, kind: &str, target: &str, detail
     });
 }
 
-fn final_event(log: &HistoryWriter, keys_left: Vec<String>) {
+/// The end of an in-process schedule: B, if it won, works a moment while A
+/// still believes it holds the lock (so an overlap shows in the timeline);
+/// both release; the history files to check, with no floors.
+async fn wind_up(
+    a: &Client,
+    b: &Client,
+    (guard_a, hold_a): (LockGuard, String),
+    won_b: Option<(LockGuard, String)>,
+    log: &HistoryWriter,
+    dir: &Path,
+    chaos: PathBuf,
+) -> (Vec<PathBuf>, Floors) {
+    if let Some((guard_b, hold_b)) = won_b {
+        tokio::time::sleep(WORK).await;
+        b.release(guard_b, &hold_b).await;
+    }
+    a.release(guard_a, &hold_a).await;
     let _ = log.log(What::Final {
         fenced: Vec::new(),
         unfenced: Vec::new(),
-        keys_left,
+        keys_left: Vec::new(),
     });
+    (
+        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
+        Floors::none(),
+    )
 }
 
 async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
@@ -310,18 +330,7 @@ async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), Chao
     proxy.set_upstream(promoted);
     let _ = log.log(What::FaultEnd { fault: 1 });
     let won_b = b.acquire("order:1", Duration::from_secs(3)).await;
-    if let Some((guard_b, hold_b)) = won_b {
-        // B works a moment while A still believes it holds the lock, so the
-        // overlap shows in the timeline.
-        tokio::time::sleep(WORK).await;
-        b.release(guard_b, &hold_b).await;
-    }
-    a.release(guard_a, &hold_a).await;
-    final_event(&log, Vec::new());
-    Ok((
-        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
-        Floors::none(),
-    ))
+    Ok(wind_up(&a, &b, (guard_a, hold_a), won_b, &log, dir, chaos).await)
 }
 
 /// The passing twin of [`Control::SingleNodeFailover`]: the same
@@ -373,12 +382,9 @@ pub fn one_of_five_fails_over(dir: &Path) -> Result<CheckReport, ChaosError> {
         let promoted = pair.fail_over()?;
         proxy.set_upstream(promoted);
         let _ = log.log(What::FaultEnd { fault: 1 });
-        if let Some((guard_b, hold_b)) = b.acquire("order:5", Duration::from_millis(500)).await {
-            b.release(guard_b, &hold_b).await;
-        }
-        a.release(guard_a, &hold_a).await;
-        final_event(&log, Vec::new());
-        Ok::<_, ChaosError>(vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos])
+        let won_b = b.acquire("order:5", Duration::from_millis(500)).await;
+        let (inputs, _) = wind_up(&a, &b, (guard_a, hold_a), won_b, &log, dir, chaos).await;
+        Ok::<_, ChaosError>(inputs)
     })?;
     drop(runtime);
     finish(dir, &inputs, &Floors::none())
@@ -428,18 +434,7 @@ async fn immediate_restart(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosEr
     nodes.node_mut(0).restart(Restart::immediate())?;
     let _ = log.log(What::FaultEnd { fault: 1 });
     let won_b = b.acquire(key, Duration::from_secs(3)).await;
-    if let Some((guard_b, hold_b)) = won_b {
-        // B works a moment while A still believes it holds the lock, so the
-        // overlap shows in the timeline.
-        tokio::time::sleep(WORK).await;
-        b.release(guard_b, &hold_b).await;
-    }
-    a.release(guard_a, &hold_a).await;
-    final_event(&log, Vec::new());
-    Ok((
-        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
-        Floors::none(),
-    ))
+    Ok(wind_up(&a, &b, (guard_a, hold_a), won_b, &log, dir, chaos).await)
 }
 
 async fn fast_clocks(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
@@ -478,18 +473,7 @@ async fn fast_clocks(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
         nodes.node(i).set_clock(ClockSkew::NORMAL)?;
     }
     let _ = log.log(What::FaultEnd { fault: 1 });
-    if let Some((guard_b, hold_b)) = won_b {
-        // B works a moment while A still believes it holds the lock, so the
-        // overlap shows in the timeline.
-        tokio::time::sleep(WORK).await;
-        b.release(guard_b, &hold_b).await;
-    }
-    a.release(guard_a, &hold_a).await;
-    final_event(&log, Vec::new());
-    Ok((
-        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
-        Floors::none(),
-    ))
+    Ok(wind_up(&a, &b, (guard_a, hold_a), won_b, &log, dir, chaos).await)
 }
 
 fn client_pause(dir: &Path, worker_bin: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {

@@ -72,7 +72,9 @@ fn short_mix_of_every_fault_passes_with_coverage() {
     }
 }
 
-fn caught(control: Control) {
+/// Runs `control` and asserts the checker caught it within 10 s; returns
+/// the outcome and its summary table for further checks.
+fn caught(control: Control) -> (controls::ControlOutcome, String) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let outcome = controls::run(control, &out(control.name()), &worker_bin())
         .unwrap_or_else(|e| panic!("control {control} could not run: {e}"));
@@ -89,6 +91,7 @@ fn caught(control: Control) {
         "control {control} took {:?}; its schedule must stay under 10 s",
         outcome.took
     );
+    (outcome, table)
 }
 
 #[test]
@@ -108,17 +111,7 @@ fn control_clocks_beyond_the_drift_on_a_majority_is_caught() {
 
 #[test]
 fn control_unfenced_client_pause_is_caught() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
-    let control = Control::ClientPause;
-    let outcome = controls::run(control, &out(control.name()), &worker_bin())
-        .unwrap_or_else(|e| panic!("control {control} could not run: {e}"));
-    let table = outcome.report.summary_table();
-    println!("{table}");
-    assert!(
-        outcome.caught,
-        "files in {}\n{table}",
-        outcome.dir.display()
-    );
+    let (outcome, table) = caught(Control::ClientPause);
     // The lock windows stayed disjoint, and fencing refused the stale write.
     assert_eq!(outcome.report.count(ViolationKind::Overlap), 0, "{table}");
     assert_eq!(

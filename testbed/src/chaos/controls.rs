@@ -297,28 +297,46 @@ async fn wind_up(
     )
 }
 
-async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
-    let c = Control::SingleNodeFailover;
+/// A master with an async replica, in sync, and a proxy in front of the
+/// master (clients follow the failover through it).
+fn proxied_pair(dir: &Path) -> Result<(ReplicaPair, Proxy), ChaosError> {
     let binary = redis_server_binary()?;
-    let mut pair = ReplicaPair::start_in(dir.join("pair"), binary, NodeOptions::default())?;
+    let pair = ReplicaPair::start_in(dir.join("pair"), binary, NodeOptions::default())?;
     let proxy = Proxy::start(SocketAddr::from((
         Ipv4Addr::LOCALHOST,
         pair.master().port(),
     )))?;
     pair.wait_in_sync(Duration::from_secs(5))?;
+    Ok((pair, proxy))
+}
+
+/// Logs the failover (fault 1) on `target` and cuts the replication link:
+/// from now on the master's writes do not reach the replica.
+fn begin_failover(
+    log: &HistoryWriter,
+    pair: &mut ReplicaPair,
+    target: &str,
+) -> Result<(), ChaosError> {
+    fault_start(
+        log,
+        1,
+        "failover",
+        target,
+        "replication cut, lock written, master killed, replica promoted",
+    );
+    pair.cut_link()?;
+    Ok(())
+}
+
+async fn single_node_failover(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::SingleNodeFailover;
+    let (mut pair, proxy) = proxied_pair(dir)?;
     let (log, chaos) = injector(dir)?;
     let ttl = Duration::from_secs(5);
     let mut a = Client::new(dir, "A", vec![proxy.url()], ttl).await?;
     let mut b = Client::new(dir, "B", vec![proxy.url()], ttl).await?;
 
-    fault_start(
-        &log,
-        1,
-        "failover",
-        "n0",
-        "replication cut, lock written, master killed, replica promoted",
-    );
-    pair.cut_link()?;
+    begin_failover(&log, &mut pair, "n0")?;
     let (guard_a, hold_a) = a
         .acquire("order:1", Duration::from_secs(1))
         .await
@@ -347,28 +365,15 @@ pub fn one_of_five_fails_over(dir: &Path) -> Result<CheckReport, ChaosError> {
         .build()
         .map_err(ChaosError::io("starting a Tokio runtime"))?;
     let inputs = runtime.block_on(async {
-        let binary = redis_server_binary()?;
         let plain = Testbed::start(4)?;
-        let mut pair = ReplicaPair::start_in(dir.join("pair"), binary, NodeOptions::default())?;
-        let proxy = Proxy::start(SocketAddr::from((
-            Ipv4Addr::LOCALHOST,
-            pair.master().port(),
-        )))?;
-        pair.wait_in_sync(Duration::from_secs(5))?;
+        let (mut pair, proxy) = proxied_pair(dir)?;
         let mut urls = plain.urls();
         urls.push(proxy.url());
         let (log, chaos) = injector(dir)?;
         let ttl = Duration::from_secs(5);
         let mut a = Client::new(dir, "A", urls.clone(), ttl).await?;
         let mut b = Client::new(dir, "B", urls, ttl).await?;
-        fault_start(
-            &log,
-            1,
-            "failover",
-            "n4",
-            "replication cut, lock written, master killed, replica promoted",
-        );
-        pair.cut_link()?;
+        begin_failover(&log, &mut pair, "n4")?;
         let (guard_a, hold_a) = a
             .acquire("order:5", Duration::from_secs(1))
             .await

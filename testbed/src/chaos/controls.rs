@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use quorumlock::{Hold, LockConfig, LockGuard, MultiLock, Quorum};
+use quorumlock::{LockConfig, LockGuard, MultiLock, Quorum};
 
 use super::checker::{CheckReport, Floors, ViolationKind};
 use super::history::{HistoryWriter, What};
-use super::worker::{WorkerOptions, fenced_key, to_monotonic, unfenced_key};
+use super::worker::{WorkerOptions, fenced_key, held_indexes, to_monotonic, unfenced_key};
 use super::workers::Workers;
 use super::{ChaosError, finish};
 use crate::{ClockSkew, NodeOptions, Proxy, ReplicaPair, Restart, Testbed, redis_server_binary};
@@ -191,12 +191,7 @@ impl Client {
         });
         match self.lock.acquire(key, wait).await {
             Ok(guard) => {
-                let nodes = guard
-                    .nodes()
-                    .enumerate()
-                    .filter(|(_, (_, h))| *h == Hold::Held)
-                    .map(|(i, _)| i)
-                    .collect();
+                let nodes = held_indexes(&guard);
                 let deadline = to_monotonic(guard.deadline());
                 let _ = self.log.log(What::Won {
                     key: key.into(),

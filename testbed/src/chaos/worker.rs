@@ -147,6 +147,17 @@ struct Task {
     rng: StdRng,
 }
 
+/// The indexes (configuration order) of the nodes a guard holds, for
+/// [`What::Won`].
+pub fn held_indexes(guard: &LockGuard) -> Vec<usize> {
+    guard
+        .nodes()
+        .enumerate()
+        .filter(|(_, (_, h))| *h == Hold::Held)
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The hold's validity deadline as a `CLOCK_MONOTONIC` stamp.
 pub fn deadline_of(held: &HeldLock) -> history::Nanos {
     to_monotonic(held.deadline())
@@ -211,12 +222,7 @@ impl Task {
             }
         };
         let held = guard.handle();
-        let nodes = guard
-            .nodes()
-            .enumerate()
-            .filter(|(_, (_, h))| *h == Hold::Held)
-            .map(|(i, _)| i)
-            .collect();
+        let nodes = held_indexes(&guard);
         self.log(What::Won {
             key: key.clone(),
             hold: hold.clone(),

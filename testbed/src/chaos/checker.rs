@@ -330,6 +330,10 @@ pub struct Stats {
     pub token_less_holds: u64,
     /// Holds whose worker was killed while holding.
     pub killed_holds: u64,
+    /// For those, the longest time from the kill to the next hold of the
+    /// same name by another worker, in milliseconds (0 when none followed):
+    /// a crashed holder's lock must be free again within about the TTL.
+    pub free_after_kill_max_ms: f64,
     /// Median hold interval, in milliseconds.
     pub hold_p50_ms: f64,
     /// 99th percentile hold interval, in milliseconds.
@@ -427,7 +431,7 @@ impl CheckReport {
         );
         let _ = writeln!(out, "{rule}");
         let pct = |n: u64, r: f64| format!("{} ({:.1}%)", thousands(n), r * 100.0);
-        let rows: [(&str, String, &str, String); 9] = [
+        let rows: [(&str, String, &str, String); 10] = [
             (
                 "wall duration",
                 format!("{:.1} s", s.wall_s),
@@ -478,6 +482,12 @@ impl CheckReport {
                 thousands(s.unfenced_writes),
                 "killed holds",
                 thousands(s.killed_holds),
+            ),
+            (
+                "free after kill max",
+                format!("{:.0} ms", s.free_after_kill_max_ms),
+                "",
+                String::new(),
             ),
             (
                 "lost upd. fenced",
@@ -708,6 +718,17 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     stats.token_less_holds = holds.iter().filter(|h| h.token.is_none()).count() as u64;
     stats.killed_holds = holds.iter().filter(|h| h.ended_by == EndedBy::Kill).count() as u64;
     for key_holds in holds.chunk_by(|a, b| a.key == b.key) {
+        for killed in key_holds.iter().filter(|h| h.ended_by == EndedBy::Kill) {
+            let Some(at) = killed.killed else { continue };
+            // Holds of a key are sorted by start.
+            let next = key_holds[key_holds.partition_point(|h| h.start <= at)..]
+                .iter()
+                .find(|h| h.worker != killed.worker);
+            if let Some(next) = next {
+                let gap = (next.start - at) as f64 / 1e6;
+                stats.free_after_kill_max_ms = stats.free_after_kill_max_ms.max(gap);
+            }
+        }
         check_overlaps(key_holds, &mut found);
         check_tokens(key_holds, &mut found);
     }

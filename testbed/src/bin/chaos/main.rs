@@ -41,6 +41,13 @@ enum Command {
         #[arg(long, default_value = "target/chaos")]
         out: PathBuf,
     },
+    /// Check a run's history again (e.g. after changing the checker): reads
+    /// DIR/history.jsonl, rewrites DIR/report.json and DIR/timeline.svg,
+    /// prints the table. No coverage floors.
+    Check {
+        /// The run's directory.
+        dir: PathBuf,
+    },
     /// One worker process (started by the run, not by hand).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -134,6 +141,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Worker(args)) => run_worker(args),
         Some(Command::Control { names, out }) => run_controls(&names, &out),
+        Some(Command::Check { dir }) => recheck(&dir),
         None => run_mix(cli.mix),
     }
 }
@@ -339,5 +347,23 @@ fn violations_line(report: &CheckReport) -> String {
         "none".to_string()
     } else {
         found.join(", ")
+    }
+}
+
+fn recheck(dir: &std::path::Path) -> ExitCode {
+    let history = dir.join("history.jsonl");
+    match quorumlock_testbed::chaos::finish(dir, &[history], &Floors::none()) {
+        Ok(report) => {
+            println!("{}", report.summary_table());
+            if report.verdict == Verdict::Pass {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -116,25 +116,10 @@ impl FencedResource {
 
     /// Stores `value` if `token` is at least the last accepted token.
     pub async fn write(&self, token: u64, value: &str) -> Result<Write, RedisError> {
-        let mut conn = self.conn.clone();
-        let reply: Value = redis::cmd("EVAL")
-            .arg(WRITE)
-            .arg(1)
-            .arg(&self.key)
-            .arg(token)
-            .arg(value)
-            .query_async(&mut conn)
-            .await?;
-        match reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), _] => Ok(Write::Accepted),
-                [Value::Int(0), Value::Int(last)] => Ok(Write::Rejected {
-                    last: u64::try_from(*last).unwrap_or(0),
-                }),
-                _ => Err(unexpected(Value::Array(items))),
-            },
-            other => Err(unexpected(other)),
-        }
+        Ok(match self.run(WRITE, token, Some(value)).await? {
+            Ok(_) => Write::Accepted,
+            Err(last) => Write::Rejected { last },
+        })
     }
 
     /// Reads the value as the holder of `token`, for a read-modify-write.
@@ -163,26 +148,38 @@ impl FencedResource {
     /// # }
     /// ```
     pub async fn read_fenced(&self, token: u64) -> Result<Read, RedisError> {
+        match self.run(READ, token, None).await? {
+            Ok(Value::Nil) => Ok(Read::Value(None)),
+            Ok(Value::BulkString(bytes)) => Ok(Read::Value(Some(
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ))),
+            Ok(other) => Err(unexpected(other)),
+            Err(last) => Ok(Read::Rejected { last }),
+        }
+    }
+
+    /// Runs one of the scripts (both reply `{1, x}` when the token passed,
+    /// `{0, last}` when a larger token was seen): `Ok(x)` or `Err(last)`.
+    async fn run(
+        &self,
+        script: &str,
+        token: u64,
+        value: Option<&str>,
+    ) -> Result<Result<Value, u64>, RedisError> {
         let mut conn = self.conn.clone();
-        let reply: Value = redis::cmd("EVAL")
-            .arg(READ)
-            .arg(1)
-            .arg(&self.key)
-            .arg(token)
-            .query_async(&mut conn)
-            .await?;
-        match reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), Value::Nil] => Ok(Read::Value(None)),
-                [Value::Int(1), Value::BulkString(bytes)] => Ok(Read::Value(Some(
-                    String::from_utf8_lossy(bytes).into_owned(),
-                ))),
-                [Value::Int(0), Value::Int(last)] => Ok(Read::Rejected {
-                    last: u64::try_from(*last).unwrap_or(0),
-                }),
-                _ => Err(unexpected(Value::Array(items))),
-            },
-            other => Err(unexpected(other)),
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script).arg(1).arg(&self.key).arg(token);
+        if let Some(value) = value {
+            cmd.arg(value);
+        }
+        let reply: Value = cmd.query_async(&mut conn).await?;
+        let Value::Array(mut items) = reply else {
+            return Err(unexpected(reply));
+        };
+        match items.as_slice() {
+            [Value::Int(1), _] => Ok(Ok(items.swap_remove(1))),
+            [Value::Int(0), Value::Int(last)] => Ok(Err(u64::try_from(*last).unwrap_or(0))),
+            _ => Err(unexpected(Value::Array(items))),
         }
     }
 

@@ -12,7 +12,7 @@
 //! or step. Clients reach node `i` only through `proxies[i]`, so a failover
 //! moves the node's address by pointing the proxy at the promoted replica.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -72,8 +72,8 @@ impl Backing {
     pub fn addr(&self) -> SocketAddr {
         match self {
             Backing::External(addr) => *addr,
-            Backing::Single(node) => addr_of(node),
-            Backing::Pair(pair) => addr_of(pair.master()),
+            Backing::Single(node) => node.addr(),
+            Backing::Pair(pair) => pair.master().addr(),
         }
     }
 
@@ -151,10 +151,6 @@ pub fn role_of(i: usize, n: usize) -> Role {
     }
 }
 
-fn addr_of(node: &RedisNode) -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::LOCALHOST, node.port()))
-}
-
 /// The address of a `redis://host:port` URL.
 fn resolve(url: &str) -> Result<SocketAddr, TestbedError> {
     use std::net::ToSocketAddrs as _;
@@ -202,7 +198,14 @@ impl Cluster {
                 .map(|i| {
                     let binary = binary.clone();
                     let dir = root.path().join(format!("n{i}"));
-                    scope.spawn(move || start_backing(&dir, binary, role_of(i, n)))
+                    let role = role_of(i, n);
+                    let persistence = if role == Role::Aof {
+                        Persistence::AofAlways
+                    } else {
+                        Persistence::None
+                    };
+                    let replicated = role == Role::Replicated;
+                    scope.spawn(move || start_backing(&dir, binary, persistence, replicated))
                 })
                 .collect();
             handles
@@ -314,28 +317,25 @@ impl Cluster {
     }
 }
 
-fn start_backing(dir: &Path, binary: PathBuf, role: Role) -> Result<Backing, TestbedError> {
+/// Starts the local server(s) of a node: one server, or a master and its
+/// replica.
+fn start_backing(
+    dir: &Path,
+    binary: PathBuf,
+    persistence: Persistence,
+    replicated: bool,
+) -> Result<Backing, TestbedError> {
     let options = NodeOptions {
-        persistence: if role == Role::Aof {
-            Persistence::AofAlways
-        } else {
-            Persistence::None
-        },
+        persistence,
         fake_clock: true,
         ..NodeOptions::default()
     };
-    match role {
-        Role::Replicated => Ok(Backing::Pair(Box::new(ReplicaPair::start_in(
+    if replicated {
+        return Ok(Backing::Pair(Box::new(ReplicaPair::start_in(
             dir, binary, options,
-        )?))),
-        Role::Aof | Role::Volatile => {
-            let mut node = RedisNode::new(dir.to_path_buf(), binary, options)?;
-            node.start()?;
-            Ok(Backing::Single(node))
-        }
-        Role::External => Err(TestbedError::Io {
-            context: "an external node is not started by the run".into(),
-            source: std::io::Error::other("external"),
-        }),
+        )?)));
     }
+    let mut node = RedisNode::new(dir.to_path_buf(), binary, options)?;
+    node.start()?;
+    Ok(Backing::Single(node))
 }

@@ -11,7 +11,6 @@
 //! | `client_pause` | a holder pauses past its validity between its lock check and its writes | unfenced lost update (the fenced write is refused) |
 
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -20,7 +19,7 @@ use quorumlock::{LockConfig, LockGuard, MultiLock, Quorum};
 
 use super::checker::{CheckReport, Floors, ViolationKind};
 use super::history::{HistoryWriter, What};
-use super::worker::{WorkerOptions, fenced_key, held_indexes, to_monotonic, unfenced_key};
+use super::worker::{WorkerOptions, held_indexes, read_counters, to_monotonic};
 use super::workers::Workers;
 use super::{ChaosError, finish};
 use crate::{ClockSkew, NodeOptions, Proxy, ReplicaPair, Restart, Testbed, redis_server_binary};
@@ -297,10 +296,7 @@ async fn wind_up(
 fn proxied_pair(dir: &Path) -> Result<(ReplicaPair, Proxy), ChaosError> {
     let binary = redis_server_binary()?;
     let pair = ReplicaPair::start_in(dir.join("pair"), binary, NodeOptions::default())?;
-    let proxy = Proxy::start(SocketAddr::from((
-        Ipv4Addr::LOCALHOST,
-        pair.master().port(),
-    )))?;
+    let proxy = Proxy::start(pair.master().addr())?;
     pair.wait_in_sync(Duration::from_secs(5))?;
     Ok((pair, proxy))
 }
@@ -515,34 +511,20 @@ fn client_pause(dir: &Path, worker_bin: &Path) -> Result<(Vec<PathBuf>, Floors),
         "stopped between its lock check and its writes",
     );
     let b = workers.spawn()?;
-    let limit = Instant::now() + Duration::from_secs(8);
-    while !workers.has_exited(&b) && Instant::now() < limit {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    workers.wait_exited(&b, Duration::from_secs(8));
     // Past A's validity for sure, whatever B did.
     while stopped.elapsed() < ttl + ttl / 2 {
         std::thread::sleep(Duration::from_millis(10));
     }
     workers.resume(&a)?;
     let _ = log.log(What::FaultEnd { fault: 1 });
-    let limit = Instant::now() + Duration::from_secs(5);
-    while !workers.has_exited(&a) && Instant::now() < limit {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    workers.wait_exited(&a, Duration::from_secs(5));
     workers.stop_all(Duration::from_secs(3));
-    let mut con = resource.node(0).connection()?;
-    let fenced: Option<u64> = redis::cmd("HGET")
-        .arg(fenced_key(key))
-        .arg("value")
-        .query(&mut con)
-        .map_err(crate::TestbedError::from)?;
-    let unfenced: Option<u64> = redis::cmd("GET")
-        .arg(unfenced_key(key))
-        .query(&mut con)
+    let (fenced, unfenced) = read_counters(&mut resource.node(0).connection()?, &[key.into()])
         .map_err(crate::TestbedError::from)?;
     let _ = log.log(What::Final {
-        fenced: vec![(key.into(), fenced.unwrap_or(0))],
-        unfenced: vec![(key.into(), unfenced.unwrap_or(0))],
+        fenced,
+        unfenced,
         keys_left: Vec::new(),
     });
     let mut inputs = workers.histories();

@@ -18,7 +18,7 @@ use super::checker::{CheckReport, Floors};
 use super::cluster::{Backing, Cluster, Role, Slot};
 use super::faults::{FaultKind, Lane};
 use super::history::{HistoryWriter, What};
-use super::worker::{WorkerOptions, fenced_key, unfenced_key};
+use super::worker::{WorkerOptions, fenced_key, read_counters, unfenced_key};
 use super::workers::Workers;
 use super::{ChaosError, finish};
 use crate::{ClockSkew, NetFault, Restart};
@@ -271,7 +271,8 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
     let quiet = options.ttl + options.ttl / 2 + Duration::from_millis(500);
     thread::sleep(quiet);
     let keys_left = cluster.lock_keys()?;
-    let (fenced, unfenced) = read_counters(&cluster, &names)?;
+    let (fenced, unfenced) = read_counters(&mut cluster.resource.connection()?, &names)
+        .map_err(crate::TestbedError::from)?;
     let _ = log.log(What::Final {
         fenced,
         unfenced,
@@ -309,31 +310,6 @@ fn reset_counters(cluster: &Cluster, names: &[String]) -> Result<(), ChaosError>
             .map_err(crate::TestbedError::from)?;
     }
     Ok(())
-}
-
-/// The fenced and unfenced counters of every name.
-#[allow(clippy::type_complexity)]
-fn read_counters(
-    cluster: &Cluster,
-    names: &[String],
-) -> Result<(Vec<(String, u64)>, Vec<(String, u64)>), ChaosError> {
-    let mut con = cluster.resource.connection()?;
-    let mut fenced = Vec::new();
-    let mut unfenced = Vec::new();
-    for name in names {
-        let f: Option<u64> = redis::cmd("HGET")
-            .arg(fenced_key(name))
-            .arg("value")
-            .query(&mut con)
-            .map_err(crate::TestbedError::from)?;
-        let u: Option<u64> = redis::cmd("GET")
-            .arg(unfenced_key(name))
-            .query(&mut con)
-            .map_err(crate::TestbedError::from)?;
-        fenced.push((name.clone(), f.unwrap_or(0)));
-        unfenced.push((name.clone(), u.unwrap_or(0)));
-    }
-    Ok((fenced, unfenced))
 }
 
 /// Counts `won` events in the workers' histories (for progress).
@@ -602,8 +578,8 @@ fn inject_node(
             ctx.end(fault);
             result?;
             // Outside the fault: the dead master comes back empty as the
-            // new replica, ready for the next failover.
-            pair.heal_link()?;
+            // new replica, ready for the next failover (`fail_over` already
+            // removed the link cut).
             pair.rejoin()?;
         }
         FaultKind::NetDelay => {

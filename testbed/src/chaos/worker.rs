@@ -71,6 +71,29 @@ pub fn unfenced_key(name: &str) -> String {
     format!("chaos:unfenced:{name}")
 }
 
+/// Per lock name, a counter's final value.
+pub type Counts = Vec<(String, u64)>;
+
+/// The fenced and the unfenced counter of every name in `names`, read from
+/// the resource server (a counter never written reads 0).
+pub fn read_counters(
+    con: &mut redis::Connection,
+    names: &[String],
+) -> redis::RedisResult<(Counts, Counts)> {
+    let mut fenced = Vec::with_capacity(names.len());
+    let mut unfenced = Vec::with_capacity(names.len());
+    for name in names {
+        let f: Option<u64> = redis::cmd("HGET")
+            .arg(fenced_key(name))
+            .arg("value")
+            .query(con)?;
+        let u: Option<u64> = redis::cmd("GET").arg(unfenced_key(name)).query(con)?;
+        fenced.push((name.clone(), f.unwrap_or(0)));
+        unfenced.push((name.clone(), u.unwrap_or(0)));
+    }
+    Ok((fenced, unfenced))
+}
+
 /// Runs the worker until its standard input closes (or its holds are
 /// done), then releases what it holds and returns.
 pub async fn run(options: WorkerOptions) -> Result<(), String> {

@@ -155,14 +155,12 @@ impl Workers {
 
     /// Waits (bounded) until worker `id` is stopped (`stopped`) or not.
     pub fn wait_state(&self, id: &str, stopped: bool, limit: Duration) -> bool {
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if self.is_stopped(id) == stopped {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        false
+        wait_until(limit, || self.is_stopped(id) == stopped)
+    }
+
+    /// Waits (bounded) until worker `id` has exited; whether it did.
+    pub fn wait_exited(&self, id: &str, limit: Duration) -> bool {
+        wait_until(limit, || self.has_exited(id))
     }
 
     /// Kills worker `id` (`SIGKILL`) and reaps it.
@@ -223,6 +221,20 @@ impl Drop for Workers {
             let _ = kill_process(Pid::from_child(&proc.child), Signal::KILL);
             let _ = proc.child.wait();
         }
+    }
+}
+
+/// Polls `done` every 2 ms until it holds or `limit` passes; whether it held.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -10,7 +10,7 @@
 //! Exit status: 0 when the mix passes (or every control is caught), 1 when
 //! it fails or is invalid (coverage below its floors), 2 on bad usage.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use quorumlock_testbed::chaos::controls::{self, Control};
 use quorumlock_testbed::chaos::faults::{self, FaultKind};
 use quorumlock_testbed::chaos::mix::{self, External, MixOptions};
 use quorumlock_testbed::chaos::worker::{self, WorkerOptions};
+use quorumlock_testbed::chaos::{self, ChaosError};
 
 #[derive(Parser, Debug)]
 #[command(name = "chaos", about = "quorumlock's failover chaos suite")]
@@ -130,7 +131,10 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("bad duration {text:?}: use e.g. 120s, 2m or 90"))?;
     match unit {
         "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("bad duration {text:?}: too long")),
         "ms" => Ok(Duration::from_millis(n)),
         _ => Err(format!("bad duration {text:?}: the units are ms, s and m")),
     }
@@ -250,14 +254,22 @@ fn run_mix(args: MixArgs) -> ExitCode {
     };
     options.faults = kinds;
     options.external = external;
-    match mix::run(&options) {
-        Ok(outcome) => {
-            println!("{}", outcome.report.summary_table());
+    verdict(
+        mix::run(&options).map(|outcome| outcome.report),
+        &options.dir,
+    )
+}
+
+/// Prints the summary table and where the files are; 0 only for a pass.
+fn verdict(checked: Result<CheckReport, ChaosError>, dir: &Path) -> ExitCode {
+    match checked {
+        Ok(report) => {
+            println!("{}", report.summary_table());
             println!(
                 "files: {}/{{history.jsonl,report.json,timeline.svg}}",
-                outcome.dir.display()
+                dir.display()
             );
-            if outcome.report.verdict == Verdict::Pass {
+            if report.verdict == Verdict::Pass {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -282,7 +294,7 @@ fn full_run_floors(duration: Duration, kinds: &[FaultKind]) -> Floors {
     }
 }
 
-fn run_controls(names: &[String], out: &std::path::Path) -> ExitCode {
+fn run_controls(names: &[String], out: &Path) -> ExitCode {
     let chosen: Vec<Control> = if names.is_empty() || names.iter().any(|n| n == "all") {
         Control::ALL.to_vec()
     } else {
@@ -350,20 +362,7 @@ fn violations_line(report: &CheckReport) -> String {
     }
 }
 
-fn recheck(dir: &std::path::Path) -> ExitCode {
+fn recheck(dir: &Path) -> ExitCode {
     let history = dir.join("history.jsonl");
-    match quorumlock_testbed::chaos::finish(dir, &[history], &Floors::none()) {
-        Ok(report) => {
-            println!("{}", report.summary_table());
-            if report.verdict == Verdict::Pass {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("chaos: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    verdict(chaos::finish(dir, &[history], &Floors::none()), dir)
 }

@@ -107,11 +107,29 @@ pub fn finish(dir: &Path, inputs: &[PathBuf], floors: &Floors) -> Result<CheckRe
         "merging the history into {}",
         merged.display()
     )))?;
-    let report = checker::check(&events, floors);
+    report(dir, &events, floors)
+}
+
+/// Checks a stored run again: reads `dir/history.jsonl` (left as it is)
+/// and rewrites `dir/report.json` and `dir/timeline.svg`.
+pub fn recheck(dir: &Path, floors: &Floors) -> Result<CheckReport, ChaosError> {
+    let path = dir.join("history.jsonl");
+    let events =
+        history::read(&path).map_err(ChaosError::io(format!("reading {}", path.display())))?;
+    report(dir, &events, floors)
+}
+
+/// Checks `events` and writes `dir/report.json` and `dir/timeline.svg`.
+fn report(
+    dir: &Path,
+    events: &[history::Event],
+    floors: &Floors,
+) -> Result<CheckReport, ChaosError> {
+    let report = checker::check(events, floors);
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| ChaosError::io("encoding report.json")(io::Error::other(e)))?;
     std::fs::write(dir.join("report.json"), json).map_err(ChaosError::io("writing report.json"))?;
-    let svg = timeline::render_svg(&events, &report);
+    let svg = timeline::render_svg(events, &report);
     std::fs::write(dir.join("timeline.svg"), svg)
         .map_err(ChaosError::io("writing timeline.svg"))?;
     Ok(report)

@@ -41,10 +41,11 @@
 //! [`Verdict::Invalid`], never [`Verdict::Pass`].
 //!
 //! Everything is `O(n log n)` in the number of events, plus the number of
-//! reported violations (at most [`MAX_REPORTED_PER_KIND`] per kind; all are
-//! counted).
+//! reported violations (the [`MAX_REPORTED_PER_KIND`] earliest per kind;
+//! all are counted).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -54,8 +55,8 @@ use super::history::{Event, Nanos, Target, What};
 /// The fault kind that kills a worker process; its target is the worker id.
 pub const CLIENT_CRASH: &str = "client_crash";
 
-/// At most this many violations of each kind are listed in a report; all
-/// of them are counted.
+/// At most this many violations of each kind are listed in a report, the
+/// earliest by start; all of them are counted.
 pub const MAX_REPORTED_PER_KIND: usize = 1_000;
 
 /// How much a run must have exercised for its verdict to be
@@ -320,7 +321,8 @@ pub struct Stats {
     pub lost_updates_fenced: u64,
     /// Lost updates of the unfenced counters, counted the same way.
     pub lost_updates_unfenced: u64,
-    /// Writes whose hold id never won.
+    /// Accepted writes whose hold id never won. Informational: a worker
+    /// that logged a write but not its win.
     pub orphan_writes: u64,
     /// Watchdog renewals.
     pub renewals: u64,
@@ -331,9 +333,12 @@ pub struct Stats {
     /// Holds whose worker was killed while holding.
     pub killed_holds: u64,
     /// For those, the longest time from the kill to the next hold of the
-    /// same name by another worker, in milliseconds (0 when none followed):
-    /// a crashed holder's lock must be free again within about the TTL.
-    pub free_after_kill_max_ms: f64,
+    /// same name by another worker, in milliseconds (`None` when no killed
+    /// hold was followed by one): a crashed holder's lock must be free
+    /// again within about the TTL.
+    pub free_after_kill_max_ms: Option<f64>,
+    /// Killed holds after which no other worker won the same name.
+    pub killed_holds_not_followed: u64,
     /// Median hold interval, in milliseconds.
     pub hold_p50_ms: f64,
     /// 99th percentile hold interval, in milliseconds.
@@ -395,8 +400,8 @@ pub struct CheckReport {
     pub unguaranteed_violations: u64,
     /// Per kind, every kind listed.
     pub violation_counts: Vec<KindCount>,
-    /// The violations, by kind then time; at most
-    /// [`MAX_REPORTED_PER_KIND`] of each kind.
+    /// The violations, by kind then time; of each kind, the
+    /// [`MAX_REPORTED_PER_KIND`] earliest by start.
     pub violations: Vec<Violation>,
 }
 
@@ -407,11 +412,6 @@ impl CheckReport {
             .iter()
             .find(|c| c.kind == kind)
             .map_or(0, |c| c.count)
-    }
-
-    /// `t` in seconds from the first event.
-    pub fn seconds(&self, t: Nanos) -> f64 {
-        secs(t, self.t0)
     }
 
     /// A fixed-width table of the figures, fault kinds, violations and the
@@ -431,7 +431,7 @@ impl CheckReport {
         );
         let _ = writeln!(out, "{rule}");
         let pct = |n: u64, r: f64| format!("{} ({:.1}%)", thousands(n), r * 100.0);
-        let rows: [(&str, String, &str, String); 10] = [
+        let rows: [(&str, String, &str, String); 11] = [
             (
                 "wall duration",
                 format!("{:.1} s", s.wall_s),
@@ -480,12 +480,19 @@ impl CheckReport {
             (
                 "unfenced writes",
                 thousands(s.unfenced_writes),
+                "orphan writes",
+                thousands(s.orphan_writes),
+            ),
+            (
                 "killed holds",
                 thousands(s.killed_holds),
+                "killed not followed",
+                thousands(s.killed_holds_not_followed),
             ),
             (
                 "free after kill max",
-                format!("{:.0} ms", s.free_after_kill_max_ms),
+                s.free_after_kill_max_ms
+                    .map_or_else(|| "-".to_string(), |v| format!("{v:.0} ms")),
                 "",
                 String::new(),
             ),
@@ -665,7 +672,7 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     // Counts and the times of attempts and wins.
     let mut attempt_times = Vec::new();
     let mut win_times = Vec::new();
-    let mut final_event: Option<&Event> = None;
+    let mut last_final: Option<Final<'_>> = None;
     for e in events {
         match &e.what {
             What::AcquireStart { .. } => attempt_times.push(e.t),
@@ -676,15 +683,24 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
             What::Failed { .. } => stats.failed += 1,
             What::Renew { .. } => stats.renewals += 1,
             What::Lost { .. } => stats.losses_reported += 1,
-            What::Final { .. } if final_event.is_none_or(|f| e.t >= f.t) => {
-                final_event = Some(e);
+            What::Final {
+                fenced,
+                unfenced,
+                keys_left,
+            } if last_final.as_ref().is_none_or(|f| e.t >= f.t) => {
+                last_final = Some(Final {
+                    t: e.t,
+                    fenced,
+                    unfenced,
+                    keys_left,
+                });
             }
             _ => {}
         }
     }
     stats.attempts = attempt_times.len() as u64;
     stats.acquisitions = win_times.len() as u64;
-    stats.final_seen = final_event.is_some();
+    stats.final_seen = last_final.is_some();
 
     // Faults: overall and per kind.
     stats.faults = faults.len() as u64;
@@ -718,15 +734,23 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     stats.token_less_holds = holds.iter().filter(|h| h.token.is_none()).count() as u64;
     stats.killed_holds = holds.iter().filter(|h| h.ended_by == EndedBy::Kill).count() as u64;
     for key_holds in holds.chunk_by(|a, b| a.key == b.key) {
-        for killed in key_holds.iter().filter(|h| h.ended_by == EndedBy::Kill) {
-            let Some(at) = killed.killed else { continue };
+        let kills = key_holds.iter().filter_map(|h| {
+            h.killed
+                .filter(|_| h.ended_by == EndedBy::Kill)
+                .map(|at| (h, at))
+        });
+        for (killed, at) in kills {
             // Holds of a key are sorted by start.
             let next = key_holds[key_holds.partition_point(|h| h.start <= at)..]
                 .iter()
                 .find(|h| h.worker != killed.worker);
-            if let Some(next) = next {
-                let gap = (next.start - at) as f64 / 1e6;
-                stats.free_after_kill_max_ms = stats.free_after_kill_max_ms.max(gap);
+            match next {
+                Some(next) => {
+                    let gap = (next.start - at) as f64 / 1e6;
+                    stats.free_after_kill_max_ms =
+                        Some(stats.free_after_kill_max_ms.map_or(gap, |max| max.max(gap)));
+                }
+                None => stats.killed_holds_not_followed += 1,
             }
         }
         check_overlaps(key_holds, &mut found);
@@ -770,22 +794,19 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
                 Target::Fenced => "fenced",
                 Target::Unfenced => "unfenced",
             };
-            found.push(Violation {
-                kind: ViolationKind::WriteOutsideHold,
-                guaranteed: false,
-                key: key.clone(),
-                start: h.end,
-                end: e.t,
-                start_s: 0.0,
-                holds: vec![h.id.clone()],
-                detail: format!(
+            found.push(
+                ViolationKind::WriteOutsideHold,
+                key,
+                (h.end, e.t),
+                vec![h.id.clone()],
+                format!(
                     "{} wrote {what} {key} at {:.3} s, {:.1} ms after its hold ended ({})",
                     h.id,
                     secs(e.t, t0),
                     (e.t - h.end) as f64 / 1e6,
                     h.ended_by.name()
                 ),
-            });
+            );
         }
         if let Some(read) = read {
             let i = match target {
@@ -800,47 +821,29 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
             });
         }
     }
-    let (fenced_final, unfenced_final, keys_left) = match final_event.map(|e| (&e.what, e.t)) {
-        Some((
-            What::Final {
-                fenced,
-                unfenced,
-                keys_left,
-            },
-            t,
-        )) => (
-            Some((fenced.as_slice(), t)),
-            Some((unfenced.as_slice(), t)),
-            Some((keys_left.as_slice(), t)),
-        ),
-        _ => (None, None, None),
-    };
     let [fenced_writes, unfenced_writes] = accepted;
     stats.lost_updates_fenced = check_lost_updates(
         fenced_writes,
-        fenced_final,
+        last_final.as_ref().map(|f| (f.fenced, f.t)),
         ViolationKind::FencedLostUpdate,
         &mut found,
     );
     stats.lost_updates_unfenced = check_lost_updates(
         unfenced_writes,
-        unfenced_final,
+        last_final.as_ref().map(|f| (f.unfenced, f.t)),
         ViolationKind::UnfencedLostUpdate,
         &mut found,
     );
-    if let Some((keys_left, t)) = keys_left {
+    if let Some(Final { t, keys_left, .. }) = last_final {
         for entry in keys_left {
             let (node, key) = entry.split_once(':').unwrap_or(("?", entry));
-            found.push(Violation {
-                kind: ViolationKind::KeysLeft,
-                guaranteed: true,
-                key: key.to_string(),
-                start: t,
-                end: t,
-                start_s: 0.0,
-                holds: Vec::new(),
-                detail: format!("lock key {key} still on {node} after the quiet period"),
-            });
+            found.push(
+                ViolationKind::KeysLeft,
+                key,
+                (t, t),
+                Vec::new(),
+                format!("lock key {key} still on {node} after the quiet period"),
+            );
         }
     }
 
@@ -878,7 +881,7 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
             guaranteed: kind.guaranteed(),
             fails_run: kind.fails_run(floors),
             count: found.counts[kind.index()],
-            listed: found.lists[kind.index()].len() as u64,
+            listed: found.kept[kind.index()].len() as u64,
         })
         .collect();
     let sum = |f: &dyn Fn(&KindCount) -> bool| -> u64 {
@@ -906,11 +909,7 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     };
     reasons.extend(coverage_problems.iter().map(|p| format!("coverage: {p}")));
 
-    let mut violations = Vec::new();
-    for mut list in found.lists {
-        list.sort_by_key(|v| (v.start, v.end));
-        violations.extend(list);
-    }
+    let violations = found.into_violations();
 
     CheckReport {
         verdict,
@@ -928,12 +927,50 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     }
 }
 
-/// The violations found so far: all counted, the first
-/// [`MAX_REPORTED_PER_KIND`] of each kind kept.
+/// The data of a history's last [`What::Final`] event.
+struct Final<'a> {
+    t: Nanos,
+    fenced: &'a [(String, u64)],
+    unfenced: &'a [(String, u64)],
+    keys_left: &'a [String],
+}
+
+/// The violations found so far: all counted, the
+/// [`MAX_REPORTED_PER_KIND`] earliest (by start) of each kind kept.
 struct Found {
     t0: Nanos,
     counts: [u64; 6],
-    lists: [Vec<Violation>; 6],
+    /// Per kind, a max-heap on (start, arrival): its top is the kept
+    /// violation to drop when an earlier one comes.
+    kept: [BinaryHeap<Kept>; 6],
+    arrivals: u64,
+}
+
+/// A kept violation, ordered by start, then by arrival (of two with the
+/// same start, the one found first is kept).
+struct Kept {
+    order: (Nanos, u64),
+    violation: Violation,
+}
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Kept) -> bool {
+        self.order == other.order
+    }
+}
+
+impl Eq for Kept {}
+
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Kept) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kept {
+    fn cmp(&self, other: &Kept) -> Ordering {
+        self.order.cmp(&other.order)
+    }
 }
 
 impl Found {
@@ -941,26 +978,65 @@ impl Found {
         Found {
             t0,
             counts: [0; 6],
-            lists: Default::default(),
+            kept: Default::default(),
+            arrivals: 0,
         }
     }
 
-    fn is_full(&self, kind: ViolationKind) -> bool {
-        self.lists[kind.index()].len() >= MAX_REPORTED_PER_KIND
+    /// Whether a violation of `kind` starting at `start` would be kept.
+    fn wants(&self, kind: ViolationKind, start: Nanos) -> bool {
+        let kept = &self.kept[kind.index()];
+        kept.len() < MAX_REPORTED_PER_KIND || kept.peek().is_some_and(|k| start < k.order.0)
     }
 
-    /// Counts one violation of `kind` without listing it.
+    /// Counts `n` violations of `kind` without listing them.
     fn count(&mut self, kind: ViolationKind, n: u64) {
         self.counts[kind.index()] += n;
     }
 
-    fn push(&mut self, mut v: Violation) {
-        let i = v.kind.index();
-        self.counts[i] += 1;
-        if self.lists[i].len() < MAX_REPORTED_PER_KIND {
-            v.start_s = secs(v.start, self.t0);
-            self.lists[i].push(v);
+    /// Counts a violation of `kind` on `key` over `(start, end)`, and keeps
+    /// it if it is among the earliest of its kind so far.
+    fn push(
+        &mut self,
+        kind: ViolationKind,
+        key: &str,
+        (start, end): (Nanos, Nanos),
+        holds: Vec<String>,
+        detail: String,
+    ) {
+        self.count(kind, 1);
+        if !self.wants(kind, start) {
+            return;
         }
+        let kept = &mut self.kept[kind.index()];
+        if kept.len() >= MAX_REPORTED_PER_KIND {
+            kept.pop();
+        }
+        self.arrivals += 1;
+        kept.push(Kept {
+            order: (start, self.arrivals),
+            violation: Violation {
+                kind,
+                guaranteed: kind.guaranteed(),
+                key: key.to_string(),
+                start,
+                end,
+                start_s: secs(start, self.t0),
+                holds,
+                detail,
+            },
+        });
+    }
+
+    /// The kept violations, by kind, then start, end and arrival.
+    fn into_violations(self) -> Vec<Violation> {
+        let mut violations = Vec::new();
+        for kept in self.kept {
+            let mut list = kept.into_vec();
+            list.sort_by_key(|k| (k.order.0, k.violation.end, k.order.1));
+            violations.extend(list.into_iter().map(|k| k.violation));
+        }
+        violations
     }
 }
 
@@ -980,31 +1056,31 @@ fn check_overlaps(holds: &[Hold], found: &mut Found) {
         if b.end <= b.start {
             continue; // An empty interval overlaps nothing.
         }
-        if found.is_full(kind) {
-            found.count(kind, open.len() as u64);
-        } else {
-            for &(_, j) in &open {
-                let a = &holds[j];
-                let (start, end) = (b.start, a.end.min(b.end));
-                found.push(Violation {
-                    kind,
-                    guaranteed: true,
-                    key: b.key.clone(),
-                    start,
-                    end,
-                    start_s: 0.0,
-                    holds: vec![a.id.clone(), b.id.clone()],
-                    detail: format!(
-                        "{} and {} both held {} for {:.1} ms: {} and {}",
-                        a.id,
-                        b.id,
-                        b.key,
-                        (end - start) as f64 / 1e6,
-                        describe(a, found.t0),
-                        describe(b, found.t0)
-                    ),
-                });
+        // Every overlap found here starts at `b.start`: once one is not
+        // kept, none of the rest would be.
+        for (n, &(_, j)) in open.iter().enumerate() {
+            if !found.wants(kind, b.start) {
+                found.count(kind, (open.len() - n) as u64);
+                break;
             }
+            let a = &holds[j];
+            let (start, end) = (b.start, a.end.min(b.end));
+            let detail = format!(
+                "{} and {} both held {} for {:.1} ms: {} and {}",
+                a.id,
+                b.id,
+                b.key,
+                (end - start) as f64 / 1e6,
+                describe(a, found.t0),
+                describe(b, found.t0)
+            );
+            found.push(
+                kind,
+                &b.key,
+                (start, end),
+                vec![a.id.clone(), b.id.clone()],
+                detail,
+            );
         }
         open.insert((b.end, i));
     }
@@ -1018,23 +1094,23 @@ fn check_tokens(holds: &[Hold], found: &mut Found) {
     for b in holds {
         let Some(token) = b.token else { continue };
         match max {
-            Some((m, a)) if token <= m => found.push(Violation {
-                kind: ViolationKind::TokenRegression,
-                guaranteed: true,
-                key: b.key.clone(),
-                start: a.start,
-                end: b.start,
-                start_s: 0.0,
-                holds: vec![a.id.clone(), b.id.clone()],
-                detail: format!(
+            Some((m, a)) if token <= m => {
+                let detail = format!(
                     "{} won {} at {:.3} s with token {token}, not above token {m} of {} won at {:.3} s",
                     b.id,
                     b.key,
                     secs(b.start, found.t0),
                     a.id,
                     secs(a.start, found.t0)
-                ),
-            }),
+                );
+                found.push(
+                    ViolationKind::TokenRegression,
+                    &b.key,
+                    (a.start, b.start),
+                    vec![a.id.clone(), b.id.clone()],
+                    detail,
+                );
+            }
             _ => max = Some((token, b)),
         }
     }
@@ -1072,24 +1148,16 @@ fn check_lost_updates(
         entry.1 += group.len() as u64 - 1;
         let last = &group[group.len() - 1];
         let ids: Vec<String> = group.iter().map(|w| w.hold.to_string()).collect();
-        found.push(Violation {
-            kind,
-            guaranteed: kind.guaranteed(),
-            key: first.key.to_string(),
-            start: first.t,
-            end: last.t,
-            start_s: 0.0,
-            detail: format!(
-                "{} accepted writes to the {counter} counter of {} read {} and wrote {}: {} lost ({})",
-                group.len(),
-                first.key,
-                first.read,
-                first.read + 1,
-                group.len() - 1,
-                clip(&ids.join(", "), 120)
-            ),
-            holds: ids,
-        });
+        let detail = format!(
+            "{} accepted writes to the {counter} counter of {} read {} and wrote {}: {} lost ({})",
+            group.len(),
+            first.key,
+            first.read,
+            first.read.saturating_add(1),
+            group.len() - 1,
+            clip(&ids.join(", "), 120)
+        );
+        found.push(kind, first.key, (first.t, last.t), ids, detail);
     }
     let mut lost = 0;
     let t_final = finals.map_or(0, |(_, t)| t);
@@ -1101,20 +1169,17 @@ fn check_lost_updates(
         lost += shortfall.max(*duplicates);
         // Duplicate reads already account for that many lost updates.
         if shortfall > *duplicates {
-            found.push(Violation {
+            found.push(
                 kind,
-                guaranteed: kind.guaranteed(),
-                key: key.to_string(),
-                start: t_final,
-                end: t_final,
-                start_s: 0.0,
-                holds: Vec::new(),
-                detail: format!(
+                key,
+                (t_final, t_final),
+                Vec::new(),
+                format!(
                     "the {counter} counter of {key} ended at {} after {n} accepted writes: \
                      {shortfall} lost, {duplicates} of them seen as duplicate reads",
                     finals[key]
                 ),
-            });
+            );
         }
     }
     lost
@@ -1403,9 +1468,15 @@ mod tests {
         b.fault(ms(0.5), 1, CLIENT_CRASH, "w0")
             .fault_end(ms(0.7), 1)
             .won(ms(50.0), "k0", "w1-1", ms(150.0));
-        assert_eq!(run(&b).count(ViolationKind::Overlap), 1);
+        let report = run(&b);
+        assert_eq!(report.count(ViolationKind::Overlap), 1);
+        assert_eq!(report.stats.killed_holds, 0);
+        assert_eq!(report.stats.free_after_kill_max_ms, None);
+        assert_eq!(report.stats.killed_holds_not_followed, 0);
         // Killed at 20 ms: a win at 30 ms is fine, one at 10 ms is not.
-        for (won, overlaps) in [(30.0, 0), (10.0, 1)] {
+        // The first frees the key 10 ms after the kill; after the kill,
+        // the second is followed by no win.
+        for (won, overlaps, free, not_followed) in [(30.0, 0, Some(10.0), 0), (10.0, 1, None, 1)] {
             let mut b = Builder::new();
             base(&mut b);
             b.fault(ms(20.0), 1, CLIENT_CRASH, "w0")
@@ -1414,6 +1485,15 @@ mod tests {
             let report = run(&b);
             assert_eq!(report.count(ViolationKind::Overlap), overlaps, "{won}");
             assert_eq!(report.stats.killed_holds, 1);
+            let free_ms = report.stats.free_after_kill_max_ms;
+            assert_eq!(free_ms.map(|v| (v * 1e3).round() / 1e3), free, "{won}");
+            assert_eq!(report.stats.killed_holds_not_followed, not_followed);
+            let table = report.summary_table();
+            let shown = free.map_or("-".to_string(), |v| format!("{v:.0} ms"));
+            assert!(
+                table.contains(&format!("free after kill max{shown:>18}")),
+                "{table}"
+            );
             let h = holds(&b.sorted());
             assert_eq!((h[0].end, h[0].ended_by), (ms(20.0), EndedBy::Kill));
         }
@@ -1769,6 +1849,81 @@ mod tests {
     }
 
     #[test]
+    fn the_earliest_violations_are_listed() {
+        // k0, checked first, has 60 holds all overlapping from 1 s on:
+        // 1,770 pairs. k1 has one overlap, earlier than all of them.
+        let mut b = Builder::new();
+        for i in 0..60 {
+            b.won(ms(1000.0 + i as f64), "k0", &format!("w{i}-1"), ms(5000.0));
+        }
+        b.won(ms(10.0), "k1", "w60-1", ms(110.0))
+            .won(ms(20.0), "k1", "w61-1", ms(120.0));
+        let report = run(&b);
+        assert_eq!(report.count(ViolationKind::Overlap), 60 * 59 / 2 + 1);
+        let listed: Vec<&Violation> = report
+            .violations
+            .iter()
+            .filter(|v| v.kind == ViolationKind::Overlap)
+            .collect();
+        assert_eq!(listed.len(), MAX_REPORTED_PER_KIND);
+        // Listed by time: the k1 overlap first.
+        assert_eq!(listed[0].key, "k1");
+        assert_eq!(listed[0].holds, ["w60-1", "w61-1"]);
+        assert!(listed.windows(2).all(|w| w[0].start <= w[1].start));
+        // Then the 999 earliest of k0: the 990 pairs of the holds won by
+        // 1,044 ms, and 9 of the 45 the hold won at 1,045 ms makes.
+        assert!(listed.iter().all(|v| v.start <= ms(1045.0)));
+        let at_1045 = listed.iter().filter(|v| v.start == ms(1045.0)).count();
+        assert_eq!(at_1045, 9);
+        // Seconds from the first event (k1's first win, at 10 ms).
+        assert!(
+            (listed[0].start_s - 0.010).abs() < 1e-9,
+            "{}",
+            listed[0].start_s
+        );
+        assert!(
+            (listed[1].start_s - 0.991).abs() < 1e-9,
+            "{}",
+            listed[1].start_s
+        );
+    }
+
+    #[test]
+    fn a_read_of_the_largest_value_does_not_overflow() {
+        let mut b = Builder::new();
+        for (i, t) in [(0, 10.0), (1, 20.0)] {
+            let hold = format!("w{i}-1");
+            b.won(ms(t), "k0", &hold, ms(t + 5.0)).write(
+                ms(t + 1.0),
+                "k0",
+                &hold,
+                Target::Unfenced,
+                None,
+                u64::MAX - 1,
+                true,
+                None,
+            );
+        }
+        let report = run(&b);
+        assert_eq!(report.count(ViolationKind::UnfencedLostUpdate), 1);
+        // The builder logs `read + 1`; the checker must not compute it.
+        let mut events = b.sorted();
+        for e in &mut events {
+            if let What::Write { read, wrote, .. } = &mut e.what {
+                (*read, *wrote) = (Some(u64::MAX), Some(u64::MAX));
+            }
+        }
+        let report = check(&events, &Floors::none());
+        let lost = &report.violations[0];
+        assert_eq!(lost.kind, ViolationKind::UnfencedLostUpdate);
+        assert!(
+            lost.detail.contains("read 18446744073709551615"),
+            "{}",
+            lost.detail
+        );
+    }
+
+    #[test]
     fn the_report_serialises_and_prints() {
         let report = run(&late_unfenced_writer());
         let json = serde_json::to_string(&report).unwrap();
@@ -1797,6 +1952,9 @@ mod tests {
         let report = check(&events, &Floors::none());
         let took = started.elapsed();
         println!("{} events checked in {took:?}", events.len());
+        // A few hundred milliseconds in a debug build; the bound only
+        // catches a quadratic slip.
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
         println!("{}", report.summary_table());
         assert!(
             report.stats.acquisitions > 15_000,

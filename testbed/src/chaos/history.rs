@@ -7,7 +7,7 @@
 //! run merges the files into `history.jsonl`, sorted by time.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write as _};
+use std::io::{self, Write as _};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -225,27 +225,33 @@ impl HistoryWriter {
     }
 }
 
-/// Reads a history file. A torn last line (a process killed mid-write) is
-/// skipped; any other bad line is an error naming its number.
+/// Reads a history file. Every line is written with one `write` ending in a
+/// newline, so only a final piece without its newline can have been torn
+/// (a process killed mid-write): it is kept if it parses and skipped if not.
+/// Any newline-terminated bad line, including one that is not UTF-8, is an
+/// error naming its number.
 pub fn read(path: &Path) -> io::Result<Vec<Event>> {
-    let reader = BufReader::new(File::open(path)?);
-    let lines: Vec<String> = reader.lines().collect::<Result<_, _>>()?;
-    let mut events = Vec::with_capacity(lines.len());
-    let last = lines.len().saturating_sub(1);
-    for (i, line) in lines.iter().enumerate() {
+    let bytes = std::fs::read(path)?;
+    let mut pieces: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    // The piece after the last newline: empty if the file ends with one,
+    // otherwise a line whose write may have been cut short.
+    let tail = pieces.pop().unwrap_or_default();
+    let bad = |number: usize, e: &dyn std::fmt::Display| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: line {number}: {e}", path.display()),
+        )
+    };
+    let mut events = Vec::with_capacity(pieces.len() + 1);
+    for (i, piece) in pieces.iter().enumerate() {
+        let line = std::str::from_utf8(piece).map_err(|e| bad(i + 1, &e))?;
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Event>(line) {
-            Ok(event) => events.push(event),
-            Err(_) if i == last => {}
-            Err(e) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{}: line {}: {e}", path.display(), i + 1),
-                ));
-            }
-        }
+        events.push(serde_json::from_str::<Event>(line).map_err(|e| bad(i + 1, &e))?);
+    }
+    if let Ok(event) = serde_json::from_slice::<Event>(tail) {
+        events.push(event);
     }
     Ok(events)
 }
@@ -265,4 +271,99 @@ pub fn merge(inputs: &[&Path], out: &Path) -> io::Result<Vec<Event>> {
     }
     file.flush()?;
     Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(t: Nanos, text: &str) -> Event {
+        Event {
+            t,
+            src: "w1".to_string(),
+            what: What::Note {
+                text: text.to_string(),
+            },
+        }
+    }
+
+    fn line(event: &Event) -> Vec<u8> {
+        let mut line = serde_json::to_vec(event).unwrap();
+        line.push(b'\n');
+        line
+    }
+
+    /// Writes `bytes` to a fresh file and reads it back.
+    fn read_bytes(bytes: &[u8]) -> io::Result<Vec<Event>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w1.jsonl");
+        std::fs::write(&path, bytes).unwrap();
+        read(&path)
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped() {
+        let first = note(1, "first");
+        let mut bytes = line(&first);
+        let second = line(&note(2, "second"));
+        bytes.extend_from_slice(&second[..second.len() / 2]);
+        assert_eq!(read_bytes(&bytes).unwrap(), vec![first]);
+    }
+
+    #[test]
+    fn a_last_line_missing_only_its_newline_is_kept() {
+        let (first, second) = (note(1, "first"), note(2, "second"));
+        let mut bytes = line(&first);
+        let tail = line(&second);
+        bytes.extend_from_slice(&tail[..tail.len() - 1]);
+        assert_eq!(read_bytes(&bytes).unwrap(), vec![first, second]);
+    }
+
+    #[test]
+    fn a_bad_terminated_last_line_is_an_error() {
+        let mut bytes = line(&note(1, "first"));
+        bytes.extend_from_slice(b"{\"t\":2,\"src\":\"w1\"\n");
+        let err = read_bytes(&bytes).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_line_in_the_middle_is_an_error() {
+        let mut bytes = line(&note(1, "first"));
+        bytes.extend_from_slice(b"garbage\n");
+        bytes.extend_from_slice(&line(&note(3, "third")));
+        let err = read_bytes(&bytes).unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn a_terminated_line_that_is_not_utf8_is_an_error() {
+        let mut bytes = line(&note(1, "first"));
+        bytes.extend_from_slice(b"{\"t\":2,\xff}\n");
+        let err = read_bytes(&bytes).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn a_torn_multibyte_character_is_tolerated() {
+        let first = note(1, "first");
+        let mut bytes = line(&first);
+        let torn = line(&note(2, "é"));
+        // Cut between the two bytes of `é`.
+        let cut = torn.windows(2).position(|w| w == "é".as_bytes()).unwrap() + 1;
+        bytes.extend_from_slice(&torn[..cut]);
+        assert!(std::str::from_utf8(&bytes).is_err());
+        assert_eq!(read_bytes(&bytes).unwrap(), vec![first]);
+    }
+
+    #[test]
+    fn blank_lines_are_skipped() {
+        let (first, second) = (note(1, "first"), note(2, "second"));
+        let mut bytes = line(&first);
+        bytes.extend_from_slice(b"\n  \n");
+        bytes.extend_from_slice(&line(&second));
+        assert_eq!(read_bytes(&bytes).unwrap(), vec![first, second]);
+    }
 }

@@ -429,6 +429,12 @@ pub fn generate(cfg: &Config) -> Vec<Event> {
             } else {
                 rng.range(0.8, 3.0)
             };
+            if worker_fault(w, "client_crash", t, t + latency).is_some() {
+                // Killed while acquiring: the acquire never returned, and
+                // whatever it took on the nodes stays until it expires.
+                t += latency + VALIDITY_MS + rng.range(1.0, 5.0);
+                continue;
+            }
             if rng.unit() < if faulty { 0.3 } else { 0.03 } {
                 b.failed(ms(t + latency), key, &hold);
                 t += latency + rng.range(1.0, 6.0);
@@ -446,43 +452,47 @@ pub fn generate(cfg: &Config) -> Vec<Event> {
                 rng.range(6.0, 22.0)
             };
 
+            // Alive when it won (checked above), so a crash that ends the
+            // hold starts at or after the win.
             let crash = worker_fault(w, "client_crash", won, won + work).map(|(s, _)| s);
             let pause = worker_fault(w, "client_pause", won + 1.0, won + work);
-            if let Some(kill) = crash.filter(|&k| k >= won) {
+            // The fenced write, unless the worker is killed before it, or
+            // paused (then its fenced read is refused when it resumes).
+            let writes_fenced = match crash {
+                Some(kill) => kill > won + 0.6,
+                None => pause.is_none(),
+            };
+            if writes_fenced {
+                b.write(
+                    ms(won + 0.6),
+                    key,
+                    &hold,
+                    Target::Fenced,
+                    Some(my_token),
+                    fenced,
+                    true,
+                    None,
+                );
+                fenced += 1;
+            }
+            if crash.is_some() {
                 // Killed mid-hold: whatever it did before the kill is
                 // logged; the key stays until its deadline.
-                if kill > won + 0.6 {
-                    b.write(
-                        ms(won + 0.6),
-                        key,
-                        &hold,
-                        Target::Fenced,
-                        Some(my_token),
-                        fenced,
-                        true,
-                        None,
-                    );
-                    fenced += 1;
-                }
                 t = deadline + rng.range(1.0, 5.0);
                 continue;
             }
             if let Some((_, resume)) = pause {
                 // Paused after reading both counters: the writes land
                 // when it resumes, long after the deadline.
-                b.push(
+                b.write(
                     ms(resume + 0.3),
-                    w,
-                    What::Write {
-                        key: key.clone(),
-                        hold: hold.clone(),
-                        target: Target::Fenced,
-                        token: Some(my_token),
-                        read: Some(fenced),
-                        wrote: None,
-                        accepted: false,
-                        last: Some(my_token + 1),
-                    },
+                    key,
+                    &hold,
+                    Target::Fenced,
+                    Some(my_token),
+                    fenced,
+                    false,
+                    Some(my_token + 1),
                 );
                 let read = unfenced;
                 b.write(
@@ -500,17 +510,6 @@ pub fn generate(cfg: &Config) -> Vec<Event> {
                 t = deadline + rng.range(1.0, 5.0);
                 continue;
             }
-            b.write(
-                ms(won + 0.6),
-                key,
-                &hold,
-                Target::Fenced,
-                Some(my_token),
-                fenced,
-                true,
-                None,
-            );
-            fenced += 1;
             b.write(
                 ms(won + 1.0),
                 key,

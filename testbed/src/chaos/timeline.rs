@@ -28,6 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::ops::Range;
 
 use super::checker::{self, CheckReport, FaultSpan, Hold, Violation, secs, thousands};
 use super::history::{Event, Nanos};
@@ -65,7 +66,7 @@ pub fn render_svg(events: &[Event], report: &CheckReport) -> String {
     let mut body = String::with_capacity(64 * ctx.holds.len() + 65_536);
     let mut y = ctx.header(&mut body);
 
-    let (from, to) = (report.t0, report.t_end.max(report.t0 + 1));
+    let (from, to) = (report.t0, report.t_end.max(report.t0.saturating_add(1)));
     let title = format!(
         "Whole run: {:.1} s, {} holds, {} faults; dark strips on top of the lanes: acquisitions per {:.2} s",
         secs(to, from),
@@ -119,8 +120,8 @@ struct Context<'a> {
     faults: Vec<FaultSpan>,
     /// Lock names, sorted; a lane each.
     keys: Vec<String>,
-    /// Index of each key's first hold in `holds` (sorted by key, start).
-    key_ranges: Vec<(usize, usize)>,
+    /// Each key's holds, as a range of `holds` (sorted by key, then start).
+    key_ranges: Vec<Range<usize>>,
     /// Workers, in natural order; the position picks colour and row.
     workers: Vec<String>,
     worker_index: HashMap<String, usize>,
@@ -134,12 +135,10 @@ impl<'a> Context<'a> {
         let faults = checker::faults(events);
         let mut keys: Vec<String> = Vec::new();
         let mut key_ranges = Vec::new();
-        for (i, h) in holds.iter().enumerate() {
-            if keys.last() != Some(&h.key) {
-                keys.push(h.key.clone());
-                key_ranges.push((i, i));
-            }
-            key_ranges.last_mut().unwrap().1 = i + 1;
+        for group in holds.chunk_by(|a, b| a.key == b.key) {
+            let start = key_ranges.last().map_or(0, |r: &Range<usize>| r.end);
+            keys.push(group[0].key.clone());
+            key_ranges.push(start..start + group.len());
         }
         let mut workers: Vec<String> = holds.iter().map(|h| h.worker.clone()).collect();
         workers.sort_by_key(|w| (natural_key(w), w.clone()));
@@ -273,14 +272,15 @@ impl<'a> Context<'a> {
     /// during which most holds were won.
     fn zoom_window(&self) -> Option<(String, (Nanos, Nanos))> {
         let r = self.report;
-        let clamp = |from: Nanos, to: Nanos| (from.max(r.t0), to.min(r.t_end.max(r.t0 + 1)));
+        let clamp =
+            |from: Nanos, to: Nanos| (from.max(r.t0), to.min(r.t_end.max(r.t0.saturating_add(1))));
         if let Some(v) = r
             .violations
             .iter()
             .filter(|v| self.fails(v))
             .min_by_key(|v| v.start)
         {
-            let end = v.end.clamp(v.start, v.start + 3 * ZOOM_HALF);
+            let end = v.end.clamp(v.start, v.start.saturating_add(3 * ZOOM_HALF));
             let title = format!(
                 "Zoom: first failing violation, {} on {} at {:.3} s (±2 s)",
                 v.kind.name(),
@@ -289,7 +289,10 @@ impl<'a> Context<'a> {
             );
             return Some((
                 title,
-                clamp(v.start.saturating_sub(ZOOM_HALF), end + ZOOM_HALF),
+                clamp(
+                    v.start.saturating_sub(ZOOM_HALF),
+                    end.saturating_add(ZOOM_HALF),
+                ),
             ));
         }
         let mut starts: Vec<Nanos> = self.holds.iter().map(|h| h.start).collect();
@@ -307,7 +310,10 @@ impl<'a> Context<'a> {
         );
         Some((
             title,
-            clamp(f.start.saturating_sub(ZOOM_HALF), f.start + ZOOM_HALF),
+            clamp(
+                f.start.saturating_sub(ZOOM_HALF),
+                f.start.saturating_add(ZOOM_HALF),
+            ),
         ))
     }
 
@@ -353,7 +359,8 @@ impl<'a> Context<'a> {
         // Grid and axis.
         let step = tick_step((to - from) as f64 / 1e9, PLOT_W);
         let mut ticks = String::new();
-        let first = ((secs(from, r.t0) / step).ceil() * step * 1e9) as Nanos + r.t0;
+        let first = (((secs(from, r.t0) / step).ceil() * step * 1e9) as Nanos).saturating_add(r.t0);
+        let step_ns = ((step * 1e9) as Nanos).max(1);
         let mut t = first;
         while t <= to {
             let x = scale.x(t);
@@ -364,7 +371,10 @@ impl<'a> Context<'a> {
                 axis_y + 18.0,
                 seconds_label(secs(t, r.t0), step)
             );
-            t += (step * 1e9) as Nanos;
+            let Some(next) = t.checked_add(step_ns) else {
+                break;
+            };
+            t = next;
         }
         out.push_str(&ticks);
         let _ = writeln!(
@@ -435,25 +445,21 @@ impl<'a> Context<'a> {
             );
         }
 
-        let max_density = if style.density {
+        // Acquisitions per bucket, per lane (whole-run panel only).
+        let densities: Vec<Vec<u32>> = if style.density {
             self.key_ranges
                 .iter()
-                .map(|&(a, b)| {
-                    density(&self.holds[a..b], &scale)
-                        .into_iter()
-                        .max()
-                        .unwrap_or(0)
-                })
-                .max()
-                .unwrap_or(0)
+                .map(|range| density(&self.holds[range.clone()], &scale))
+                .collect()
         } else {
-            0
+            Vec::new()
         };
+        let max_density = densities.iter().flatten().copied().max().unwrap_or(0);
 
         // Lanes: background, faint fault bands, held strip, bars.
         for (i, key) in self.keys.iter().enumerate() {
             let y = lanes_y + i as f64 * lane_h;
-            let (a, b) = self.key_ranges[i];
+            let n_holds = self.key_ranges[i].len();
             let mid = y + (lane_h - lane_gap) / 2.0;
             let _ = writeln!(
                 out,
@@ -464,7 +470,7 @@ impl<'a> Context<'a> {
                 esc(key),
                 LEFT - 8.0,
                 mid + 11.0,
-                thousands((b - a) as u64)
+                thousands(n_holds as u64)
             );
         }
         for f in &faults {
@@ -476,11 +482,11 @@ impl<'a> Context<'a> {
                 lanes_bottom - lanes_y
             );
         }
-        for (i, &(a, b)) in self.key_ranges.iter().enumerate() {
+        for (i, range) in self.key_ranges.iter().enumerate() {
             let y = lanes_y + i as f64 * lane_h + 2.0;
-            let holds = &self.holds[a..b];
-            if style.density {
-                out.push_str(&density_path(holds, &scale, y, held_h, max_density));
+            let holds = &self.holds[range.clone()];
+            if let Some(counts) = densities.get(i) {
+                out.push_str(&density_path(counts, y, held_h, max_density));
             } else {
                 out.push_str(&held_path(holds, &scale, y, held_h));
             }
@@ -642,12 +648,12 @@ fn density(holds: &[Hold], scale: &Scale) -> Vec<u32> {
     counts
 }
 
-/// The density strip: a step area of acquisitions per bucket, scaled so
-/// that `max` (over all lanes) fills `height`.
-fn density_path(holds: &[Hold], scale: &Scale, y: f64, height: f64, max: u32) -> String {
+/// The density strip: a step area of `counts` (acquisitions per bucket,
+/// from [`density`]), scaled so that `max` (over all lanes) fills `height`.
+fn density_path(counts: &[u32], y: f64, height: f64, max: u32) -> String {
     let base = y + height;
     let mut d = format!("M{LEFT} {base}");
-    for (i, c) in density(holds, scale).into_iter().enumerate() {
+    for (i, &c) in counts.iter().enumerate() {
         let top = base - height * c as f64 / max.max(1) as f64;
         let _ = write!(d, "V{top:.1}H{:.0}", LEFT + (i + 1) as f64 * BUCKET_PX);
     }
@@ -771,7 +777,8 @@ mod tests {
     use crate::chaos::synth::{self, Builder, ms};
 
     /// A small well-formedness check: tags nest and close, attribute
-    /// values are quoted, no raw `<` or stray `&` in text or attributes.
+    /// values are quoted, no raw `<`, `>` or stray `&` in text or
+    /// attributes.
     fn assert_well_formed(xml: &str) {
         let mut stack: Vec<&str> = Vec::new();
         let mut rest = xml;
@@ -787,7 +794,8 @@ mod tests {
                     "bad entity &{entity};"
                 );
             }
-            assert!(!text.contains('>') || !text.contains('<'), "{text}");
+            // `esc` escapes `>` too, and the markup has none in text.
+            assert!(!text.contains('>'), "raw > in {text}");
         };
         if let Some(decl) = rest.strip_prefix("<?xml") {
             rest = &decl[decl.find("?>").unwrap() + 2..];
@@ -890,6 +898,37 @@ mod tests {
         if let Ok(path) = std::env::var("CHAOS_TIMELINE_OUT") {
             std::fs::write(format!("{path}.clean.svg"), &svg).unwrap();
         }
+    }
+
+    #[test]
+    fn times_near_the_end_of_the_clock_render() {
+        let top = u64::MAX;
+        // An overlap (zoomed on), a fault, deadlines at the very end.
+        let mut b = Builder::new();
+        b.won(top - 3_000, "k0", "w0-1", top)
+            .won(top - 2_000, "k0", "w1-1", top)
+            .fault(top - 1_000, 1, "node_pause", "n0");
+        let events = b.sorted();
+        let report = check(&events, &Floors::none());
+        assert_eq!(report.failing_violations, 1);
+        let svg = render_svg(&events, &report);
+        assert_well_formed(&svg);
+        assert!(svg.contains("Zoom: first failing violation"));
+        // No violation: the zoom goes to the fault.
+        let mut b = Builder::new();
+        b.won(top - 3_000, "k0", "w0-1", top)
+            .fault(top - 1_000, 1, "node_pause", "n0");
+        let events = b.sorted();
+        let report = check(&events, &Floors::none());
+        let svg = render_svg(&events, &report);
+        assert_well_formed(&svg);
+        assert!(svg.contains("Zoom: start of node_pause"));
+        // A single event at the last instant.
+        let mut b = Builder::new();
+        b.fault(top, 1, "node_pause", "n0");
+        let events = b.sorted();
+        let report = check(&events, &Floors::none());
+        assert_well_formed(&render_svg(&events, &report));
     }
 
     #[test]

@@ -1,9 +1,12 @@
-//! Builds the fake wall clock shim (`shim/fakeclock.c`) as a shared object,
-//! `$OUT_DIR/libquorumlock_fakeclock.so`, which `src/fakeclock.rs` embeds.
+//! Builds the fake wall clock shim (`shim/fakeclock.c`) as a shared object
+//! in `OUT_DIR`, and hands its path to the crate as the compile-time
+//! variable `QUORUMLOCK_FAKECLOCK_SO`, which `src/fakeclock.rs` embeds.
 //!
 //! The `cc` crate only builds static archives, so it is used just to find
 //! the C compiler for the target (and its default flags); the shared object
-//! is linked by running that compiler directly.
+//! is linked by running that compiler directly. Whatever the compiler
+//! prints (its warnings) is passed on as `cargo:warning` lines, since cargo
+//! hides a build script's own output.
 
 use std::env;
 use std::path::PathBuf;
@@ -11,6 +14,8 @@ use std::process::Command;
 
 const SOURCE: &str = "shim/fakeclock.c";
 const OUTPUT: &str = "libquorumlock_fakeclock.so";
+/// The variable, set for the crate's compilation, naming the built shim.
+const PATH_ENV: &str = "QUORUMLOCK_FAKECLOCK_SO";
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
@@ -33,11 +38,20 @@ fn main() {
         .arg("-o")
         .arg(&output)
         .arg(SOURCE);
-    let status = command
-        .status()
+    let result = command
+        .output()
         .unwrap_or_else(|err| panic!("running the C compiler {command:?}: {err}"));
+    let diagnostics = String::from_utf8_lossy(&result.stderr);
+    for line in diagnostics.lines().filter(|line| !line.trim().is_empty()) {
+        println!("cargo:warning={line}");
+    }
     assert!(
-        status.success(),
-        "building {OUTPUT} from {SOURCE} failed ({status}): {command:?}"
+        result.status.success(),
+        "building {OUTPUT} from {SOURCE} failed ({}): {command:?}\n{diagnostics}",
+        result.status
     );
+    let path = output
+        .to_str()
+        .unwrap_or_else(|| panic!("OUT_DIR path {} is not UTF-8", output.display()));
+    println!("cargo:rustc-env={PATH_ENV}={path}");
 }

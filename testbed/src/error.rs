@@ -3,9 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::NetFault;
-
-use crate::ClockSkew;
+use crate::{ClockSkew, NetFault};
 
 /// Everything that can go wrong while starting, stopping or inspecting
 /// local `redis-server` processes.

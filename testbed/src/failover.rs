@@ -68,6 +68,8 @@ const SYNC_POLL_INTERVAL: Duration = Duration::from_millis(5);
 const REPL_TIMEOUT_SECS: u32 = 60;
 /// Prefix of every chain this module creates; the pid and a counter follow.
 const CHAIN_PREFIX: &str = "QLCHAOS-";
+/// What `iptables -N` prints on stderr when the chain is there already.
+const CHAIN_EXISTS: &str = "Chain already exists";
 /// Bound on the jumps to one chain that removal deletes.
 const MAX_JUMPS: usize = 16;
 /// How long `iptables` waits for the lock of another `iptables` (seconds).
@@ -116,10 +118,11 @@ pub struct ReplicationOffsets {
 /// What one probe of both nodes saw.
 #[derive(Debug)]
 struct ReplicationState {
-    master_offset: u64,
+    master_offset: Option<u64>,
     /// Whether the master lists our replica with `state=online`.
     master_sees_replica: bool,
-    replica_role: String,
+    /// Whether the replica reports `role:slave`.
+    replica_is_replica: bool,
     replica_master_port: Option<u16>,
     replica_link_up: bool,
     replica_offset: Option<u64>,
@@ -128,10 +131,11 @@ struct ReplicationState {
 impl ReplicationState {
     fn in_sync(&self, master_port: u16) -> bool {
         self.master_sees_replica
-            && self.replica_role == "slave"
+            && self.replica_is_replica
             && self.replica_master_port == Some(master_port)
             && self.replica_link_up
-            && self.replica_offset == Some(self.master_offset)
+            && self.master_offset.is_some()
+            && self.replica_offset == self.master_offset
     }
 }
 
@@ -229,17 +233,14 @@ impl ReplicaPair {
     /// # Errors
     ///
     /// [`TestbedError::Redis`] if a node cannot be asked,
-    /// [`TestbedError::NotInSync`] if the replica reports no offset (it is
-    /// not replicating).
+    /// [`TestbedError::NotInSync`] if a node reports no offset (e.g. the
+    /// replica is not replicating).
     pub fn offsets(&self) -> Result<ReplicationOffsets, TestbedError> {
         let state = self.probe()?;
-        let replica = state
-            .replica_offset
-            .ok_or_else(|| self.not_in_sync(Duration::ZERO, format!("{state:?}")))?;
-        Ok(ReplicationOffsets {
-            master: state.master_offset,
-            replica,
-        })
+        match (state.master_offset, state.replica_offset) {
+            (Some(master), Some(replica)) => Ok(ReplicationOffsets { master, replica }),
+            _ => Err(self.not_in_sync(Duration::ZERO, format!("{state:?}"))),
+        }
     }
 
     /// Waits until the replica's link to the current master is up, the
@@ -406,11 +407,9 @@ impl ReplicaPair {
                 .map(|(_, value)| value.clone())
         };
         Ok(ReplicationState {
-            master_offset: field(&master, "master_repl_offset")
-                .and_then(|offset| offset.parse().ok())
-                .unwrap_or(0),
+            master_offset: field(&master, "master_repl_offset").and_then(|o| o.parse().ok()),
             master_sees_replica,
-            replica_role: field(&replica, "role").unwrap_or_default(),
+            replica_is_replica: field(&replica, "role").as_deref() == Some("slave"),
             replica_master_port: field(&replica, "master_port").and_then(|p| p.parse().ok()),
             replica_link_up: field(&replica, "master_link_status").as_deref() == Some("up"),
             replica_offset: field(&replica, "slave_repl_offset").and_then(|o| o.parse().ok()),
@@ -467,9 +466,8 @@ fn node_options(base: &NodeOptions, replica_of: Option<u16>) -> NodeOptions {
         extra_config.push(line("replicaof", format!("{HOST} {port}")));
     }
     NodeOptions {
-        persistence: base.persistence,
         extra_config,
-        fake_clock: base.fake_clock,
+        ..base.clone()
     }
 }
 
@@ -504,11 +502,15 @@ impl LinkCutChain {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        if iptables(&["-N", &name]).is_err() {
+        match iptables(&["-N", &name]) {
+            Ok(_) => {}
             // A chain of this name can only be left by a dead process that
             // had our pid: remove it and try once more.
-            let _ = remove_chain(&name);
-            iptables(&["-N", &name])?;
+            Err(TestbedError::Iptables { stderr, .. }) if stderr.contains(CHAIN_EXISTS) => {
+                let _ = remove_chain(&name);
+                iptables(&["-N", &name])?;
+            }
+            Err(err) => return Err(err),
         }
         // From here on, an error drops the guard, which removes the chain.
         let chain = Self {

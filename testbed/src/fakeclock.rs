@@ -79,13 +79,13 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::{fmt, fs};
 
 use crate::TestbedError;
 
 /// The shim, built by `build.rs` from `shim/fakeclock.c`.
-const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libquorumlock_fakeclock.so"));
+const SHIM: &[u8] = include_bytes!(env!("QUORUMLOCK_FAKECLOCK_SO"));
 
 /// File name of the shim inside a node directory.
 pub(crate) const SHIM_FILE: &str = "libquorumlock_fakeclock.so";
@@ -241,6 +241,14 @@ pub(crate) fn ld_preload(shim: &Path, inherited: Option<&str>) -> Result<String,
     )
 }
 
+/// Microseconds since the Unix epoch (negative before it).
+pub(crate) fn unix_micros(time: SystemTime) -> i128 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i128::try_from(after.as_micros()).unwrap_or(i128::MAX),
+        Err(before) => -i128::try_from(before.duration().as_micros()).unwrap_or(i128::MAX),
+    }
+}
+
 /// The skew in milliseconds, rounded to the nearest, between a server time
 /// of `server_us` and a local reading taken halfway through the request.
 pub(crate) fn skew_ms(server_us: i128, local_before_us: i128, local_after_us: i128) -> i64 {
@@ -257,7 +265,7 @@ pub(crate) fn skew_ms(server_us: i128, local_before_us: i128, local_after_us: i1
 #[cfg(test)]
 mod tests {
     use std::process::Command;
-    use std::time::{Instant, SystemTime, UNIX_EPOCH};
+    use std::time::Instant;
 
     use super::*;
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use rustix::process::{Pid, Signal, kill_process};
@@ -211,9 +211,9 @@ impl RedisNode {
             return Err(TestbedError::NotRunning { port: self.port });
         }
         let mut con = self.connection()?;
-        let before = unix_micros(SystemTime::now());
+        let before = fakeclock::unix_micros(SystemTime::now());
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con)?;
-        let after = unix_micros(SystemTime::now());
+        let after = fakeclock::unix_micros(SystemTime::now());
         let server = i128::from(secs) * 1_000_000 + i128::from(micros);
         Ok(fakeclock::skew_ms(server, before, after))
     }
@@ -627,14 +627,6 @@ impl Drop for RedisNode {
             // Nothing sensible to do about a failure in drop.
             let _ = kill_and_reap(&mut child);
         }
-    }
-}
-
-/// Microseconds since the Unix epoch (negative before it).
-fn unix_micros(time: SystemTime) -> i128 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i128::try_from(after.as_micros()).unwrap_or(i128::MAX),
-        Err(before) => -i128::try_from(before.duration().as_micros()).unwrap_or(i128::MAX),
     }
 }
 

@@ -3,13 +3,17 @@
 //! needed) and run one at a time, so each can check that no chain of this
 //! process is left behind.
 
-use std::path::Path;
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use quorumlock_testbed::{NodeOptions, RedisNode, ReplicaPair, TestbedError, sweep_stale_chains};
-use rustix::process::{Pid, test_kill_process};
+use common::{get, process_exists, set};
+use quorumlock_testbed::{
+    LinkCutChain, NodeOptions, RedisNode, ReplicaPair, TestbedError, sweep_stale_chains,
+};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -22,20 +26,6 @@ const NO_ACK_WAIT_MS: u64 = 300;
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn set(node: &RedisNode, key: &str, value: &str) -> Result<(), TestbedError> {
-    let mut con = node.connection()?;
-    redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query::<()>(&mut con)?;
-    Ok(())
-}
-
-fn get(node: &RedisNode, key: &str) -> Result<Option<String>, TestbedError> {
-    let mut con = node.connection()?;
-    Ok(redis::cmd("GET").arg(key).query(&mut con)?)
 }
 
 /// `SET key value` on `master`, then `WAIT 1 timeout_ms` on the same
@@ -66,17 +56,6 @@ fn role(node: &RedisNode) -> Result<String, TestbedError> {
         .to_owned())
 }
 
-/// Whether a process with this pid exists (zombies count as existing).
-fn process_exists(pid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pid) else {
-        return false;
-    };
-    match Pid::from_raw(raw) {
-        Some(pid) => test_kill_process(pid).is_ok() || Path::new(&format!("/proc/{raw}")).exists(),
-        None => false,
-    }
-}
-
 fn iptables_rules() -> Result<String, Box<dyn std::error::Error>> {
     let output = Command::new("iptables").args(["-w", "-S"]).output()?;
     assert!(output.status.success(), "iptables -S: {output:?}");
@@ -91,6 +70,13 @@ fn our_rules() -> Result<Vec<String>, Box<dyn std::error::Error>> {
         .filter(|line| line.contains(&ours))
         .map(str::to_owned)
         .collect())
+}
+
+/// Asserts that no chain of this process (nor a jump to one) is left.
+fn assert_no_chain_left() -> TestResult {
+    let rules = our_rules()?;
+    assert!(rules.is_empty(), "chains left behind: {rules:?}");
+    Ok(())
 }
 
 #[test]
@@ -134,7 +120,7 @@ fn a_write_during_a_cut_is_lost_on_failover() -> TestResult {
         assert!(!pair.replica().is_running());
         assert!(!process_exists(old_master_pid));
         assert!(!pair.is_link_cut());
-        assert!(our_rules()?.is_empty(), "{:?}", our_rules()?);
+        assert_no_chain_left()?;
 
         // The lost-lock fault: the promoted replica never had it.
         assert_eq!(role(pair.master())?, "master");
@@ -147,8 +133,7 @@ fn a_write_during_a_cut_is_lost_on_failover() -> TestResult {
     for pid in [master_pid, replica_pid].into_iter().flatten() {
         assert!(!process_exists(pid), "pid {pid} outlived the pair");
     }
-    assert!(our_rules()?.is_empty(), "{:?}", our_rules()?);
-    Ok(())
+    assert_no_chain_left()
 }
 
 #[test]
@@ -189,8 +174,7 @@ fn rejoin_makes_a_second_failover_possible() -> TestResult {
         pair.rejoin()?;
         assert_eq!(set_acked(pair.master(), "third", "3", 10_000)?, 1);
     }
-    assert!(our_rules()?.is_empty(), "{:?}", our_rules()?);
-    Ok(())
+    assert_no_chain_left()
 }
 
 #[test]
@@ -217,7 +201,7 @@ fn cut_and_heal_keep_replication_working() -> TestResult {
 
             pair.heal_link()?;
             assert!(!pair.is_link_cut());
-            assert!(our_rules()?.is_empty(), "{:?}", our_rules()?);
+            assert_no_chain_left()?;
             let started = Instant::now();
             pair.wait_in_sync(SYNC)?;
             eprintln!(
@@ -233,22 +217,26 @@ fn cut_and_heal_keep_replication_working() -> TestResult {
         }
         pair.heal_link()?; // healing a healthy link does nothing
     }
-    assert!(our_rules()?.is_empty(), "{:?}", our_rules()?);
-    Ok(())
+    assert_no_chain_left()
 }
 
 #[test]
 fn a_panic_while_cut_still_removes_the_chain() -> TestResult {
+    const PANIC: &str = "test panic while the link is cut";
     let _serial = serial();
     let result = std::panic::catch_unwind(|| {
         let mut pair = ReplicaPair::start(NodeOptions::default()).expect("pair starts");
         pair.cut_link().expect("link cut");
         assert!(!our_rules().expect("iptables -S").is_empty());
-        panic!("test panic while the link is cut");
+        std::panic::panic_any(PANIC);
     });
-    assert!(result.is_err());
-    assert!(our_rules()?.is_empty(), "{:?}", our_rules()?);
-    Ok(())
+    let payload = result.err().ok_or("the closure did not panic")?;
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+    assert_eq!(message, Some(PANIC), "not the test's own panic");
+    assert_no_chain_left()
 }
 
 #[test]
@@ -259,27 +247,33 @@ fn sweep_removes_chains_of_dead_processes_only() -> TestResult {
     child.wait()?;
     assert!(!process_exists(dead_pid));
     let stale = format!("QLCHAOS-{dead_pid}-0");
-    let live = format!("QLCHAOS-{}-999999", std::process::id());
     let run = |args: &[&str]| -> TestResult {
         let status = Command::new("iptables").arg("-w").args(args).status()?;
         assert!(status.success(), "iptables {args:?}");
         Ok(())
     };
-    for chain in [&stale, &live] {
-        run(&["-N", chain])?;
-        run(&["-A", chain, "-p", "tcp", "-s", "127.0.0.3/32", "-j", "DROP"])?;
-        run(&["-A", "OUTPUT", "-o", "lo", "-j", chain])?;
+    #[rustfmt::skip]
+    let stale_commands: [&[&str]; 3] = [
+        &["-N", &stale],
+        &["-A", &stale, "-p", "tcp", "-s", "127.0.0.3/32", "-j", "DROP"],
+        &["-A", "OUTPUT", "-o", "lo", "-j", &stale],
+    ];
+    for args in stale_commands {
+        run(args)?;
     }
+    // A chain of this (living) process; the guard removes it, also if an
+    // assertion below fails.
+    let live = LinkCutChain::cut(
+        Ipv4Addr::new(127, 0, 0, 3),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9),
+    )?;
+    let live_name = live.name().to_owned();
     let removed = sweep_stale_chains()?;
     let rules = iptables_rules()?;
-    // Clean up our own chain before asserting.
-    run(&["-D", "OUTPUT", "-o", "lo", "-j", &live])?;
-    run(&["-F", &live])?;
-    run(&["-X", &live])?;
     assert!(removed.contains(&stale), "{removed:?}");
-    assert!(!removed.contains(&live), "{removed:?}");
+    assert!(!removed.contains(&live_name), "{removed:?}");
     assert!(!rules.contains(&stale), "{rules}");
-    assert!(rules.contains(&format!("-N {live}")), "{rules}");
-    assert!(our_rules()?.is_empty(), "{:?}", our_rules()?);
-    Ok(())
+    assert!(rules.contains(&format!("-N {live_name}")), "{rules}");
+    live.remove()?;
+    assert_no_chain_left()
 }

@@ -1,41 +1,17 @@
 //! Integration tests for starting, killing, restarting and pausing nodes.
 
-use std::path::Path;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{get, process_exists, set};
 use quorumlock_testbed::{NodeOptions, Persistence, RedisNode, Restart, Testbed, TestbedError};
-use rustix::process::{Pid, test_kill_process};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn ping(node: &RedisNode) -> Result<String, TestbedError> {
     let mut con = node.connection()?;
     Ok(redis::cmd("PING").query(&mut con)?)
-}
-
-fn set(node: &RedisNode, key: &str, value: &str) -> Result<(), TestbedError> {
-    let mut con = node.connection()?;
-    redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query::<()>(&mut con)?;
-    Ok(())
-}
-
-fn get(node: &RedisNode, key: &str) -> Result<Option<String>, TestbedError> {
-    let mut con = node.connection()?;
-    Ok(redis::cmd("GET").arg(key).query(&mut con)?)
-}
-
-/// Whether a process with this pid exists (zombies count as existing).
-fn process_exists(pid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pid) else {
-        return false;
-    };
-    match Pid::from_raw(raw) {
-        Some(pid) => test_kill_process(pid).is_ok() || Path::new(&format!("/proc/{raw}")).exists(),
-        None => false,
-    }
 }
 
 #[test]

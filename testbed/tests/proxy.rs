@@ -2,7 +2,7 @@
 //! nodes. Every wait is bounded; time is only ever asserted from below.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -314,7 +314,9 @@ fn set_upstream_moves_new_connections_and_closes_old_ones() -> TestResult {
 fn drop_closes_the_listener_and_every_connection() -> TestResult {
     let testbed = Testbed::start(1)?;
     let node = testbed.node(0);
-    let proxy = Proxy::start(node.addr())?;
+    // Not 127.0.0.1: a redis-server started by a test running in parallel
+    // picks a free port there and could take this one once it is closed.
+    let proxy = Proxy::start_on(Ipv4Addr::new(127, 0, 0, 9), node.addr())?;
     let addr = proxy.addr();
     let mut con = connect(addr)?;
     assert_eq!(ping(&mut con)?, "PONG");

@@ -5,7 +5,7 @@
 //! during suspend: a holder that computed its deadline with it would, after a
 //! resume, believe it still holds a lock whose keys have long expired. So on
 //! Linux every deadline here is taken on `CLOCK_BOOTTIME`, which is monotonic
-//! *and* counts suspended time (DESIGN.md, safety rule 1). Elsewhere the code
+//! *and* counts suspended time. Elsewhere the code
 //! falls back to `Instant`, whose platforms' suspend behaviour varies; see the
 //! crate docs.
 

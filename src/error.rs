@@ -222,9 +222,31 @@ pub struct NodeReport {
     pub outcome: NodeOutcome,
 }
 
-/// The per-node outcomes of one attempt, printed one node after another.
+/// The per-node outcomes of one attempt, in configuration order, printed
+/// one node after another.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeReports(pub Vec<NodeReport>);
+pub struct NodeReports(Vec<NodeReport>);
+
+impl fmt::Display for NodeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let node = &self.node;
+        match &self.outcome {
+            NodeOutcome::Won => write!(f, "{node}: won"),
+            NodeOutcome::HeldByOther { pttl: Some(p) } => {
+                write!(f, "{node}: held by another for {}", Human(*p))
+            }
+            NodeOutcome::HeldByOther { pttl: None } => {
+                write!(f, "{node}: held by another, no expiry")
+            }
+            NodeOutcome::NotHeld => write!(f, "{node}: our token is gone"),
+            NodeOutcome::Failed(e) => write!(f, "{e}"),
+            NodeOutcome::NoReplyBeforeDecision => {
+                write!(f, "{node}: not awaited (decided before it answered)")
+            }
+            NodeOutcome::CountersRead => write!(f, "{node}: fencing counters read"),
+        }
+    }
+}
 
 impl fmt::Display for NodeReports {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -232,33 +254,61 @@ impl fmt::Display for NodeReports {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            match &r.outcome {
-                NodeOutcome::Won => write!(f, "{}: won", r.node)?,
-                NodeOutcome::HeldByOther { pttl: Some(p) } => {
-                    write!(f, "{}: held by another for {}", r.node, Human(*p))?
-                }
-                NodeOutcome::HeldByOther { pttl: None } => {
-                    write!(f, "{}: held by another, no expiry", r.node)?
-                }
-                NodeOutcome::NotHeld => write!(f, "{}: our token is gone", r.node)?,
-                NodeOutcome::Failed(e) => write!(f, "{e}")?,
-                NodeOutcome::NoReplyBeforeDecision => {
-                    write!(f, "{}: not awaited (decided before it answered)", r.node)?
-                }
-                NodeOutcome::CountersRead => write!(f, "{}: fencing counters read", r.node)?,
-            }
+            write!(f, "{r}")?;
         }
         Ok(())
     }
 }
 
 impl NodeReports {
+    pub(crate) fn new(reports: Vec<NodeReport>) -> NodeReports {
+        NodeReports(reports)
+    }
+
+    /// Each node's report, in configuration order.
+    pub fn iter(&self) -> std::slice::Iter<'_, NodeReport> {
+        self.0.iter()
+    }
+
+    /// The reports as a slice, in configuration order.
+    pub fn as_slice(&self) -> &[NodeReport] {
+        &self.0
+    }
+
+    /// How many nodes are reported.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no node is reported.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The failures among the outcomes.
     pub fn errors(&self) -> impl Iterator<Item = &NodeError> {
         self.0.iter().filter_map(|r| match &r.outcome {
             NodeOutcome::Failed(e) => Some(e),
             _ => None,
         })
+    }
+}
+
+impl<'a> IntoIterator for &'a NodeReports {
+    type Item = &'a NodeReport;
+    type IntoIter = std::slice::Iter<'a, NodeReport>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl IntoIterator for NodeReports {
+    type Item = NodeReport;
+    type IntoIter = std::vec::IntoIter<NodeReport>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
     }
 }
 

@@ -42,7 +42,8 @@
 //! token: with counters {n1: 10, n2: 1, n3: 1}, A wins {n1, n2} and gets
 //! max(11, 2) = 11; then B wins {n2, n3} and gets max(3, 2) = 3. Counters
 //! also rise on failed partial attempts, so a minority can run far ahead.
-//! `tests/fencing.rs` runs exactly this schedule against both schemes.
+//! The crate's integration tests run exactly this schedule against both
+//! schemes.
 //!
 //! # The scheme
 //!
@@ -65,8 +66,8 @@
 //! node without the counter does not count: it may have lost its data. The
 //! extra node covers a counter that went *back* rather than away: a node
 //! that failed over to a replica which had not yet received the last
-//! raises. The chaos suite found that case (`testbed/run chaos`, fault
-//! `failover`): with a bare majority, a holder whose raise majority
+//! raises. The project's chaos suite found that case (a master failing
+//! over to a lagging replica): with a bare majority, a holder whose raise majority
 //! included the failed-over node and a later holder that read the other
 //! two nodes plus that one got the same token.
 //!
@@ -124,9 +125,10 @@ use tokio::time::Instant;
 use crate::clock::Stamp;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound, fan_out};
-use crate::guard::lease_error;
-use crate::lease::{HeldLock, Lease};
-use crate::quorum::{Decision, Vote};
+use crate::guard::HeldLock;
+use crate::lease::Lease;
+use crate::node::OwnerCheck;
+use crate::quorum::Decision;
 use crate::stats::bump;
 
 /// What was read from one node: each name's counter (`None`: absent), or
@@ -151,8 +153,10 @@ impl HeldLock {
     /// lock is lost: it names this holder, it does not say the lock is
     /// still held (that is what the resource's check is for).
     ///
-    /// Cancel safety: dropping the future leaves the token unset; counters
-    /// may have been raised, which only makes later tokens larger.
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the token unset; counters may have been
+    /// raised, which only makes later tokens larger.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -232,93 +236,92 @@ pub(crate) fn next_token(reads: &[Read]) -> u64 {
 
 /// Reads (if needed), picks and raises the token; see the module docs.
 async fn establish(lease: &Arc<Lease>) -> Result<u64, Error> {
-    let lock = &lease.lock;
-    let config = &lock.config;
-    let n = lock.nodes.len();
-    let names = lease.hold.keys.len();
-    if !lease.is_held() {
-        lease.end(lease.state(), LostReason::ValidityExpired);
-        return Err(lease_error(lease));
-    }
+    lease.ensure_held()?;
+    let reads = read_counters(lease).await?;
+    raise(lease, next_token(&reads)).await
+}
+
+/// The counters the read rule needs: those the acquire read, and, when
+/// they are too few, one more read of every node.
+async fn read_counters(lease: &Lease) -> Result<Vec<Read>, Error> {
+    let core = &lease.core;
+    let n = core.nodes.len();
+    let names = lease.entry.keys.len();
     let mut reads: Vec<Read> = if lease.fence_reads.len() == n {
         lease.fence_reads.to_vec()
     } else {
         vec![None; n]
     };
-    if !reads_suffice(&reads, names) {
-        let mut errors: Vec<Option<NodeError>> = vec![None; n];
-        let keys = &lease.hold.keys;
-        let (end, _unfinished) = fan_out(
-            n,
-            Instant::now() + config.node_timeout,
-            |i| lock.nodes[i].read_fences(Arc::clone(keys)),
-            |i, reply| {
-                match reply {
-                    Ok(read) => {
-                        reads[i].get_or_insert(read);
-                    }
-                    Err(e) => errors[i] = Some(e),
-                }
-                reads_suffice(&reads, names)
-            },
-        )
-        .await;
-        if !reads_suffice(&reads, names) {
-            let outcomes = reads
-                .iter()
-                .zip(errors)
-                .map(|(read, error)| match (read, error) {
-                    (Some(_), _) => Some(Ok(NodeOutcome::CountersRead)),
-                    (None, Some(e)) => Some(Err(e)),
-                    (None, None) => None,
-                });
-            return Err(Error::FencingUnavailable {
-                key: lease.name.to_string(),
-                required: present_needed(n),
-                confirmed: 0,
-                nodes: lock.outcome_reports(outcomes, end == End::DeadlinePassed),
-            });
-        }
+    if reads_suffice(&reads, names) {
+        return Ok(reads);
     }
-    let token = next_token(&reads);
+    let mut errors: Vec<Option<NodeError>> = vec![None; n];
+    let keys = &lease.entry.keys;
+    let (end, _unfinished) = fan_out(
+        n,
+        Instant::now() + core.config.node_timeout,
+        |i| core.nodes[i].read_fences(Arc::clone(keys)),
+        |i, reply| {
+            match reply {
+                Ok(read) => {
+                    reads[i].get_or_insert(read);
+                }
+                Err(e) => errors[i] = Some(e),
+            }
+            reads_suffice(&reads, names)
+        },
+    )
+    .await;
+    if reads_suffice(&reads, names) {
+        return Ok(reads);
+    }
+    let outcomes = reads
+        .iter()
+        .zip(errors)
+        .map(|(read, error)| match (read, error) {
+            (Some(_), _) => Some(Ok(NodeOutcome::CountersRead)),
+            (None, Some(e)) => Some(Err(e)),
+            (None, None) => None,
+        });
+    Err(Error::FencingUnavailable {
+        key: lease.name.to_string(),
+        required: present_needed(n),
+        confirmed: 0,
+        nodes: core.outcome_reports(outcomes, end == End::DeadlinePassed),
+    })
+}
 
+/// Raises the counters to `token` where the lease still holds the keys,
+/// and hands the token out once a majority of all nodes confirmed while
+/// the lease is held.
+async fn raise(lease: &Lease, token: u64) -> Result<u64, Error> {
+    let core = &lease.core;
+    let n = core.nodes.len();
     let mut round = QuorumRound::new(n, majority(n), Stamp::now());
     let (end, unfinished) = fan_out(
         n,
-        Instant::now() + config.node_timeout,
-        |i| lock.nodes[i].raise_fence(lease.hold.clone(), token),
-        |i, reply| {
-            round.record(
-                i,
-                reply,
-                |ours| if *ours { Vote::Won } else { Vote::Contended },
-            )
-        },
+        Instant::now() + core.config.node_timeout,
+        |i| core.nodes[i].raise_fence(lease.entry.clone(), token),
+        |i, reply| round.record(i, reply, OwnerCheck::vote),
     )
     .await;
     round.finish(end);
     // The other nodes get the raise too: later readers then find more
     // nodes up to date.
-    unfinished.finish_in_background(config.connect_timeout + config.node_timeout, "fence");
+    unfinished.finish_in_background(core.background_bound(), "fence");
 
     let tally = round.tally;
-    let state = lease.state();
-    if tally.decision() == Decision::Won && state.is_held() {
-        drop(state);
-        bump(&lock.counters.fencing_tokens);
+    if tally.decision() == Decision::Won && lease.is_held() {
+        bump(&core.counters.fencing_tokens);
         tracing::debug!(key = %lease.name, token, confirmed = tally.won(), "fencing token");
         return Ok(token);
     }
-    let nodes = lock.reports(&mut round.replies, end);
+    let nodes = core.reports(&mut round.replies, end);
     if tally.contention_rules_out_quorum() {
-        lease.end(state, LostReason::KeysGone(nodes));
-        return Err(lease_error(lease));
+        lease.end(LostReason::KeysGone(nodes));
+        return Err(lease.ended_error());
     }
-    if !state.is_held() {
-        lease.end(state, LostReason::ValidityExpired);
-        return Err(lease_error(lease));
-    }
-    drop(state);
+    lease.ensure_held()?;
     Err(Error::FencingUnavailable {
         key: lease.name.to_string(),
         required: majority(n),

@@ -95,6 +95,10 @@ impl std::fmt::Debug for FencedResource {
 
 impl FencedResource {
     /// Connects to the server at `url` and uses the hash `key` there.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the connect; nothing is written.
     pub async fn open(url: &str, key: &str) -> Result<FencedResource, RedisError> {
         let conn = redis::Client::open(url)?
             .get_multiplexed_async_connection()
@@ -115,6 +119,11 @@ impl FencedResource {
     }
 
     /// Stores `value` if `token` is at least the last accepted token.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the write done (one
+    /// script, applied whole or not at all); read to find out.
     pub async fn write(&self, token: u64, value: &str) -> Result<Write, RedisError> {
         Ok(match self.run(WRITE, token, Some(value)).await? {
             Ok(_) => Write::Accepted,
@@ -147,6 +156,11 @@ impl FencedResource {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`write`](Self::write): the token may or may not have been
+    /// recorded.
     pub async fn read_fenced(&self, token: u64) -> Result<Read, RedisError> {
         match self.run(READ, token, None).await? {
             Ok(Value::Nil) => Ok(Read::Value(None)),
@@ -184,6 +198,10 @@ impl FencedResource {
     }
 
     /// The last accepted token and value, if any write was accepted.
+    ///
+    /// # Cancel safety
+    ///
+    /// A plain read: drop it at any time.
     pub async fn read(&self) -> Result<Option<(u64, String)>, RedisError> {
         let mut conn = self.conn.clone();
         let (token, value): (Option<u64>, Option<String>) = redis::cmd("HMGET")

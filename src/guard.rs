@@ -1,50 +1,200 @@
-//! [`LockGuard`]: a held lock, its validity, and the ways to give it back.
+//! The handles to a held lock: [`LockGuard`] (extend, release) and the
+//! read-only [`HeldLock`] view it hands to the work it protects.
+//!
+//! A handle carries the lease (the held lock's state) and the lock
+//! service's [`Services`]: the core, the watchdog and the wake-ups. Nothing
+//! below this layer refers back to a handle or to the service, so the only
+//! references that keep a lock service's connections open are its
+//! [`MultiLock`](crate::MultiLock) clones and its live handles.
 
 use std::fmt;
+use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config;
-use crate::error::{Error, LostReason, NodeError, NodeOutcome};
-use crate::fanout::quorum_round;
-use crate::lease::{HeldLock, Lease, Round, node_holds};
-use crate::lock::ttl_millis;
-use crate::quorum::{Decision, Vote};
-use crate::stats::bump;
-use crate::watchdog;
+use tokio_util::sync::CancellationToken;
 
-/// Whether a guard holds its key on one node, as of the last acquire or
-/// extend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Hold {
-    /// The node confirmed our token.
-    Held,
-    /// The node answered without our token (another owner, an error).
-    NotHeld,
-    /// The quorum was decided before this node answered: our request may
-    /// have landed. It is released with the others either way.
-    Unknown,
+use crate::clock::Stamp;
+use crate::config;
+use crate::core::{Core, ttl_millis};
+use crate::error::{Error, LostReason};
+use crate::fanout::quorum_round;
+use crate::lease::{Flight, Hold, Lease, LossNotice, Recorded, Renewal, Win};
+use crate::owner::Owner;
+use crate::release::{self, ReleaseReport};
+use crate::stats::bump;
+use crate::wake::Wake;
+use crate::watchdog::Watchdog;
+
+/// What a lock service and its handles share: the core (settings, nodes,
+/// counters), the watchdog that renews its watched leases, and the
+/// wake-ups of its waiters.
+pub(crate) struct Services {
+    pub(crate) core: Arc<Core>,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) wake: Wake,
 }
 
-/// What [`LockGuard::release`] did on the nodes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReleaseReport {
-    /// Nodes where this hold was found and given back.
-    pub released: usize,
-    /// Of those, nodes where the key stays because the same owner holds it
-    /// through other holds (re-entry); on the others it was deleted.
-    pub kept: usize,
-    /// Nodes that did not carry our token (expired, or never won).
-    pub not_held: usize,
-    /// Nodes that failed or did not answer within the node timeout. Their
-    /// key, if any, expires by its TTL.
-    pub failed: Vec<NodeError>,
-    /// Whether the guard was still within its validity when the release
-    /// began, i.e. the lock was exclusively ours up to this release.
-    pub was_held: bool,
+impl Services {
+    pub(crate) fn new(core: Core) -> Services {
+        let core = Arc::new(core);
+        let config = &core.config;
+        Services {
+            watchdog: Watchdog::new(config.renew_interval),
+            wake: Wake::new(
+                config.wake_ups,
+                config.required_nodes(),
+                &core.nodes,
+                config.connect_timeout,
+            ),
+            core,
+        }
+    }
+}
+
+/// A read-only, cloneable view of a held lock: hand it to the work the lock
+/// protects so it can check [`is_held`](Self::is_held), stop on
+/// [`lost`](Self::lost), or pass the [cancellation
+/// token](Self::cancellation_token) further down. It cannot release the
+/// lock; the [`LockGuard`] (or
+/// [`MultiLock::run_exclusive`](crate::MultiLock::run_exclusive)) does.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// use std::time::Duration;
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let guard = lock.try_acquire("invoice:7").await?;
+/// let held = guard.handle();
+/// let worker = tokio::spawn(async move {
+///     // ... work, checking held.is_held() before each irreversible step ...
+///     held.is_held()
+/// });
+/// assert!(worker.await?);
+/// guard.release().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct HeldLock {
+    pub(crate) lease: Arc<Lease>,
+    pub(crate) services: Arc<Services>,
+}
+
+impl fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldLock")
+            .field("keys", &self.lease.entry.keys)
+            .field("is_held", &self.is_held())
+            .field("validity", &self.validity())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HeldLock {
+    /// The lock name; for a lock on several names, the first of them in
+    /// sorted order (see [`keys`](Self::keys)).
+    pub fn key(&self) -> &str {
+        self.lease.entry.keys.first()
+    }
+
+    /// Every lock name this hold covers, sorted (one for a plain lock).
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.lease.entry.keys.names().iter().map(|n| &**n)
+    }
+
+    /// This holder's owner token (32 hex digits: a UUID v4, 122 random
+    /// bits), stored under the key on every node it holds. Holds of one
+    /// [`owner`](Self::owner) share it.
+    pub fn token(&self) -> &str {
+        &self.lease.entry.token
+    }
+
+    /// Who holds this lock: pass it to code (or, as its token, to another
+    /// process) that should re-enter the lock as the same holder with
+    /// [`MultiLock::acquire_as`](crate::MultiLock::acquire_as).
+    pub fn owner(&self) -> Owner {
+        Owner::from_shared(Arc::clone(&self.lease.entry.token))
+    }
+
+    /// Whether the lock is still provably ours: it was not found lost or
+    /// released and the validity deadline has not passed. Derived from the
+    /// same deadline as [`validity`](Self::validity) and
+    /// [`lost`](Self::lost), so they never disagree.
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// Time left until the validity deadline (zero once it has passed).
+    pub fn validity(&self) -> Duration {
+        self.lease.deadline().remaining()
+    }
+
+    /// The validity deadline on the deadline clock.
+    pub fn deadline(&self) -> Stamp {
+        self.lease.deadline()
+    }
+
+    /// Whether the watchdog renews this lock (see [`crate::watchdog`]).
+    pub fn is_watched(&self) -> bool {
+        self.lease.watched
+    }
+
+    /// Each node's URL with whether the lock holds it now, in configuration
+    /// order, as of the last acquire, extend or renewal.
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&str, Hold)> {
+        self.services
+            .core
+            .nodes
+            .iter()
+            .zip(self.lease.holds())
+            .map(|(n, h)| (&**n.name(), h))
+    }
+
+    /// The nodes that confirmed our token.
+    pub fn held_nodes(&self) -> impl Iterator<Item = &str> {
+        self.nodes()
+            .filter(|(_, h)| *h == Hold::Held)
+            .map(|(n, _)| n)
+    }
+
+    /// The last successful watchdog renewal, if any.
+    pub fn last_renewal(&self) -> Option<Renewal> {
+        self.lease.last_renewal()
+    }
+
+    /// Resolves when the lock can no longer be proven held, or is released.
+    ///
+    /// With the watchdog, that is when renewals could not reach the quorum
+    /// before the deadline minus the loss margin, when other owners hold
+    /// too many nodes, or when the maximum hold time ran out; without it,
+    /// at the deadline minus the loss margin unless
+    /// [`LockGuard::extend`] moved it. Either way the notice comes before
+    /// the validity deadline, never after, and [`is_held`](Self::is_held)
+    /// is false from then on.
+    ///
+    /// # Cancel safety
+    ///
+    /// The future only observes; drop it at any time. It does not borrow
+    /// the lock, so it can be selected against the work.
+    pub fn lost(&self) -> impl Future<Output = LossNotice> + Send + 'static {
+        self.lease.lost()
+    }
+
+    /// A token that is cancelled when the lock is lost or released: hand it
+    /// to work that should stop then (e.g. `token.run_until_cancelled(work)`).
+    ///
+    /// With the watchdog, the watchdog cancels it. Without, the first call
+    /// starts a small task that watches the deadline (needs a Tokio
+    /// runtime; outside one, only [`lost`](Self::lost) and
+    /// [`LockGuard::extend`] notice the loss).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.lease.cancellation_token()
+    }
 }
 
 /// A held lock. Obtained from [`MultiLock::try_acquire`](crate::MultiLock::try_acquire)
@@ -90,8 +240,9 @@ pub struct LockGuard {
 }
 
 /// Everything a [`HeldLock`] tells (key, token, `is_held`, validity,
-/// deadline, `lost()`, the cancellation token, the last renewal) the guard
-/// tells too: it is the held lock plus the right to extend and release it.
+/// deadline, nodes, `lost()`, the cancellation token, the last renewal) the
+/// guard tells too: it is the held lock plus the right to extend and
+/// release it.
 impl Deref for LockGuard {
     type Target = HeldLock;
 
@@ -104,7 +255,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lease = &self.held.lease;
         f.debug_struct("LockGuard")
-            .field("keys", &lease.hold.keys)
+            .field("keys", &lease.entry.keys)
             .field("validity", &self.validity())
             .field("watched", &lease.watched)
             .field("holds", &lease.holds())
@@ -114,28 +265,15 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     /// Wraps a lease just won; a watched one is handed to the watchdog.
-    pub(crate) fn new(lease: Lease) -> Self {
+    pub(crate) fn new(lease: Lease, services: Arc<Services>) -> Self {
         let lease = Arc::new(lease);
         if lease.watched {
-            watchdog::watch(&lease);
+            services.watchdog.watch(&lease);
         }
         LockGuard {
-            held: HeldLock { lease },
+            held: HeldLock { lease, services },
             released: false,
         }
-    }
-
-    /// Each node's URL with whether this guard holds it, in configuration
-    /// order, as of the last acquire, extend or renewal.
-    pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&str, Hold)> {
-        node_holds(&self.held.lease)
-    }
-
-    /// The nodes that confirmed our token.
-    pub fn held_nodes(&self) -> impl Iterator<Item = &str> {
-        self.nodes()
-            .filter(|(_, h)| *h == Hold::Held)
-            .map(|(n, _)| n)
     }
 
     /// A cloneable read-only view of this lock for the work it protects.
@@ -152,72 +290,90 @@ impl LockGuard {
     /// taken it). When too few nodes still carry our token for any quorum,
     /// the guard is lost at once ([`Error::Lost`]).
     ///
-    /// A guard past its deadline cannot be extended, even if its keys still
-    /// exist: someone else may have held the lock in between. An extend that
-    /// completes after the old deadline passed is reported as lost too, so a
-    /// guard never turns from not held back to held.
+    /// A guard past its loss time (the deadline minus the loss margin)
+    /// cannot be extended, even if its keys still exist: it has been, or
+    /// is about to be, reported lost, and someone else may hold the lock
+    /// after the deadline. An extend that completes after that time is
+    /// reported as lost too, so a guard never turns from not held back to
+    /// held.
     ///
     /// With the watchdog on, an extend waits for a renewal in flight, and
     /// later renewals use the new TTL (the interval and margin scale with it).
     ///
-    /// Cancel safety: dropping the future leaves the guard as it was, except
-    /// that nodes may have taken the new TTL; the deadline is not moved.
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).ttl(Duration::from_secs(2)).build()?);
+    /// let mut guard = lock.try_acquire("export").await?;
+    /// // The export takes longer than planned: ask for 30 s from now.
+    /// let validity = guard.extend(Duration::from_secs(30)).await?;
+    /// assert!(validity > Duration::from_secs(29));
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the guard as it was, except that nodes
+    /// may have taken the new TTL; the deadline is not moved.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
         let lease = Arc::clone(&self.held.lease);
-        let config = &lease.lock.config;
-        config::check_ttl(ttl, config)?;
-        let round = Round::new();
-        if !lease.claim(&round).await {
-            return Err(lease_error(&lease));
+        let core = Arc::clone(&lease.core);
+        config::check_ttl(ttl, &core.config)?;
+        let flight = Flight::new();
+        if !lease.claim(&flight).await {
+            return Err(lease.ended_error());
         }
         // Gives the slot back however this future ends.
-        let _slot = Unclaim(&lease, &round);
-        if !lease.is_held() {
-            lease.end(lease.state(), LostReason::ValidityExpired);
-            return Err(lease_error(&lease));
-        }
+        let _slot = Unclaim {
+            lease: &lease,
+            flight: &flight,
+            watchdog: &self.held.services.watchdog,
+        };
+        lease.ensure_held()?;
         let ttl_ms = ttl_millis(ttl);
         let mut quorum = quorum_round(
-            lease.lock.nodes.len(),
-            config.required_nodes(),
-            config.node_timeout,
-            |i| lease.lock.nodes[i].extend(lease.hold.clone(), ttl_ms),
-            |ours: &bool| if *ours { Vote::Won } else { Vote::Contended },
+            core.nodes.len(),
+            core.required(),
+            core.config.node_timeout,
+            |i| core.nodes[i].extend(lease.entry.clone(), ttl_ms),
+            |reply| reply.vote(),
         )
         .await;
-        let (validity, new_deadline) = quorum.validity(ttl, config.drift_factor);
+        let config = &core.config;
+        let (validity, _) = quorum.validity(ttl, config.drift_factor);
         let tally = quorum.tally;
         tracing::debug!(key = %lease.name, won = tally.won(), elapsed = ?quorum.elapsed, ?validity, "extend");
 
-        let mut state = lease.state();
-        if !state.is_held() {
-            // Ended meanwhile (then this is a no-op), or the deadline passed
-            // during the round: never turned back to held.
-            lease.end(state, LostReason::ValidityExpired);
-            return Err(lease_error(&lease));
-        }
         if quorum.won_with(ttl, config.drift_factor, config.min_validity) {
-            state.deadline = new_deadline;
-            state.ttl = ttl;
-            state.holds = holds(&quorum.votes);
-            if lease.watched {
-                state.next_renewal = lease.next_renewal_after(quorum.start, ttl);
-                state.max_hold_reached |= state.next_renewal.is_none();
+            let win = Win {
+                start: quorum.start,
+                ttl,
+                holds: Hold::from_votes(&quorum.votes),
+                renewal: None,
+            };
+            match lease.record_win(win) {
+                Recorded::Moved => {
+                    bump(&core.counters.extended);
+                    return Ok(self.validity());
+                }
+                Recorded::Ended => return Err(lease.ended_error()),
+                Recorded::TooLate => {}
             }
-            drop(state);
-            bump(&lease.lock.counters.extended);
-            return Ok(self.validity());
         }
-        bump(&lease.lock.counters.extend_failed);
-        // Nodes that took the new TTL may expire before the old deadline.
-        state.deadline = state.deadline.min(new_deadline);
-        let nodes = lease.lock.reports(&mut quorum.replies, quorum.end);
-        if tally.contention_rules_out_quorum() {
-            lease.end(state, LostReason::KeysGone(nodes));
-            return Err(lease_error(&lease));
+        bump(&core.counters.extend_failed);
+        let nodes = core.reports(&mut quorum.replies, quorum.end);
+        let keys_gone = tally.contention_rules_out_quorum().then(|| nodes.clone());
+        let gone = keys_gone.is_some();
+        if !lease.record_miss(quorum.start, ttl, None, keys_gone) || gone {
+            return Err(lease.ended_error());
         }
-        drop(state);
-        if tally.decision() == Decision::Won {
+        if tally.decision() == crate::quorum::Decision::Won {
             return Err(Error::ValidityUsedUp {
                 key: lease.name.to_string(),
                 elapsed: quorum.elapsed,
@@ -240,40 +396,54 @@ impl LockGuard {
     /// A renewal still in flight is let finish first (at most one node
     /// timeout), so the release is queued behind it on every node and a
     /// released lock is never re-created by a late renewal.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("nightly").await?;
+    /// let report = guard.release().await;
+    /// assert!(report.was_held);
+    /// assert_eq!(report.released, 3);
+    /// assert!(report.failed.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not leave the lock half released: the
+    /// guard is already ended (not held) when the future is first polled,
+    /// and the release requests already sent are finished in the
+    /// background; a node not yet sent to keeps the key until its TTL.
     pub async fn release(mut self) -> ReleaseReport {
         self.released = true;
-        let lease = Arc::clone(&self.held.lease);
+        let HeldLock { lease, services } = self.held.clone();
         let was_held = lease.begin_release().await;
-        let mut report = lease.lock.release_everywhere(&lease.hold).await;
+        let mut report = release::release(&services.core, &services.wake, &lease.entry).await;
         report.was_held = was_held;
         tracing::debug!(key = %lease.name, released = report.released, failed = report.failed.len(), was_held, "released");
         report
     }
 }
 
-/// The error for a lease that has ended.
-pub(crate) fn lease_error(lease: &Lease) -> Error {
-    let reason = lease
-        .state()
-        .ended
-        .as_ref()
-        .map_or(LostReason::ValidityExpired, |n| n.reason.clone());
-    Error::Lost {
-        key: lease.name.to_string(),
-        reason,
-    }
-}
-
 /// Gives a lease's in-flight slot back when dropped, and hands a watched
 /// lease back to the watchdog (whose renewal skipped it meanwhile).
-struct Unclaim<'a>(&'a Arc<Lease>, &'a Round);
+struct Unclaim<'a> {
+    lease: &'a Arc<Lease>,
+    flight: &'a Flight,
+    watchdog: &'a Watchdog,
+}
 
 impl Drop for Unclaim<'_> {
     fn drop(&mut self) {
-        self.1.done.cancel();
-        self.0.unclaim(self.1);
-        if self.0.watched {
-            watchdog::watch(self.0);
+        self.flight.done.cancel();
+        self.lease.unclaim(self.flight);
+        if self.lease.watched {
+            self.watchdog.watch(self.lease);
         }
     }
 }
@@ -285,41 +455,15 @@ impl Drop for LockGuard {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // Stop the watchdog at least; the keys expire by their TTL.
-            self.held
-                .lease
-                .end(self.held.lease.state(), LostReason::Released);
+            self.held.lease.end(LostReason::Released);
             tracing::debug!(key = %self.held.lease.name, "guard dropped outside a Tokio runtime; keys expire by their TTL");
             return;
         };
-        let lease = Arc::clone(&self.held.lease);
+        let HeldLock { lease, services } = self.held.clone();
         runtime.spawn(async move {
             lease.begin_release().await;
-            let report = lease.lock.release_everywhere(&lease.hold).await;
+            let report = release::release(&services.core, &services.wake, &lease.entry).await;
             tracing::debug!(key = %lease.name, released = report.released, "released on drop");
         });
-    }
-}
-
-/// Each node's hold after a quorum round, from its vote (`None`: the round
-/// was decided before the node answered).
-pub(crate) fn holds(votes: &[Option<Vote>]) -> Vec<Hold> {
-    votes
-        .iter()
-        .map(|v| match v {
-            Some(Vote::Won) => Hold::Held,
-            Some(_) => Hold::NotHeld,
-            None => Hold::Unknown,
-        })
-        .collect()
-}
-
-impl From<bool> for NodeOutcome {
-    /// An owner-checked script's reply: `true` when our token was there.
-    fn from(ours: bool) -> NodeOutcome {
-        if ours {
-            NodeOutcome::Won
-        } else {
-            NodeOutcome::NotHeld
-        }
     }
 }

@@ -98,21 +98,24 @@ impl fmt::Debug for KeySet {
 
 /// What identifies one hold on the nodes: its lock names, its owner token
 /// (shared by every hold of one owner) and its entry id (its own).
+/// One hold's record on the nodes: the names it covers, the owner token
+/// stored under them, and this hold's own id among the owner's holds (the
+/// re-entry count on a node is the set of such ids).
 #[derive(Clone)]
-pub(crate) struct HoldId {
+pub(crate) struct Entry {
     pub(crate) keys: Arc<KeySet>,
     pub(crate) token: Arc<str>,
-    pub(crate) entry: Arc<str>,
+    pub(crate) id: Arc<str>,
 }
 
-impl HoldId {
-    /// A new hold of `token` on `keys`, with a fresh entry id (64 random
-    /// bits: unique among one owner's holds).
-    pub(crate) fn new(keys: Arc<KeySet>, token: Arc<str>) -> HoldId {
-        HoldId {
+impl Entry {
+    /// A fresh entry of `token` on `keys`: a late rollback of one attempt
+    /// can never remove another attempt's hold.
+    pub(crate) fn new(keys: Arc<KeySet>, token: Arc<str>) -> Entry {
+        Entry {
             keys,
             token,
-            entry: Arc::from(format!("{:016x}", rand::random::<u64>())),
+            id: Arc::from(format!("{:016x}", rand::random::<u64>())),
         }
     }
 }

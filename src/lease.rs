@@ -1,12 +1,24 @@
-//! What a held lock shares between its [`LockGuard`](crate::LockGuard), its
-//! [`HeldLock`] handles and the watchdog: the validity deadline, the
-//! per-node holds, and the loss signal.
+//! The lease: what a held lock shares between its [`LockGuard`](crate::LockGuard),
+//! its [`HeldLock`](crate::HeldLock) handles and the watchdog. It is the one
+//! owner of a held lock's mutable state: the validity deadline, the
+//! per-node holds, the renewal schedule, the round in flight and the end.
 //!
 //! Every answer to "is it still ours?" comes from one deadline under one
-//! mutex (DESIGN.md, safety rule 3): `is_held()`, `validity()`, `lost()` and
-//! the cancellation token cannot disagree. The deadline only moves forward
-//! on a renewal or extend that reached its quorum before the loss margin,
-//! and once the lease has ended (lost or released) nothing moves it again.
+//! mutex: `is_held()`, `validity()`, `lost()` and the cancellation token
+//! cannot disagree. Callers never see the mutex; they say what happened
+//! (a round won, a round missed, a release began) and the lease applies
+//! its rules:
+//!
+//! * **The deadline rule** ([`Lease::record_win`]): a round that won its
+//!   quorum moves the deadline to `start + ttl − drift` of that round,
+//!   never further, and only while the lease is held and before its loss
+//!   time (`deadline − loss_margin`); a round that missed can only move it
+//!   earlier ([`Lease::record_miss`]).
+//! * **Once ended, always ended**: a lease lost or released is never held
+//!   again, and nothing moves its deadline.
+//! * **One round at a time** ([`Lease::claim`]): an extend and a renewal
+//!   never send at once, and a release waits for the round in flight so it
+//!   is queued behind it on every node.
 
 use std::fmt;
 use std::future::Future;
@@ -18,15 +30,43 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Stamp;
-use crate::error::{LostReason, NodeReports};
-use crate::guard::Hold;
-use crate::keys::HoldId;
-use crate::lock::LockShared;
-use crate::owner::Owner;
+use crate::core::Core;
+use crate::error::{Error, LostReason, NodeReports};
+use crate::keys::Entry;
+use crate::quorum::{self, Vote};
 use crate::stats::bump;
 
+/// Whether a guard holds its key on one node, as of the last acquire,
+/// extend or renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Hold {
+    /// The node confirmed our token.
+    Held,
+    /// The node answered without our token (another owner, an error).
+    NotHeld,
+    /// The quorum was decided before this node answered: our request may
+    /// have landed. It is released with the others either way.
+    Unknown,
+}
+
+impl Hold {
+    /// Each node's hold after a quorum round, from its vote (`None`: the
+    /// round was decided before the node answered).
+    pub(crate) fn from_votes(votes: &[Option<Vote>]) -> Vec<Hold> {
+        votes
+            .iter()
+            .map(|v| match v {
+                Some(Vote::Won) => Hold::Held,
+                Some(_) => Hold::NotHeld,
+                None => Hold::Unknown,
+            })
+            .collect()
+    }
+}
+
 /// Why and when a held lock stopped being provably ours. Returned by
-/// [`HeldLock::lost`] (also on a [`LockGuard`](crate::LockGuard)).
+/// [`HeldLock::lost`](crate::HeldLock::lost) (also on a [`LockGuard`](crate::LockGuard)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LossNotice {
@@ -56,54 +96,23 @@ pub struct Renewal {
     pub healed: usize,
 }
 
-/// A round (a renewal group or an extend) that is sending to the nodes for a
-/// lease: its id and the token cancelled when none of its requests can be
-/// sent any more. A release waits for it, so that it is queued behind the
-/// round on every node and no renewal can re-create a released key.
+/// A round (a renewal group or an extend) sending to the nodes for a lease:
+/// its id and the token cancelled when none of its requests can be sent any
+/// more. A release waits for it, so that it is queued behind the round on
+/// every node and no renewal can re-create a released key.
 #[derive(Clone)]
-pub(crate) struct Round {
-    pub(crate) id: u64,
+pub(crate) struct Flight {
+    id: u64,
     pub(crate) done: CancellationToken,
 }
 
-impl Round {
-    pub(crate) fn new() -> Round {
+impl Flight {
+    pub(crate) fn new() -> Flight {
         static IDS: AtomicU64 = AtomicU64::new(1);
-        Round {
+        Flight {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             done: CancellationToken::new(),
         }
-    }
-}
-
-/// The mutable part of a lease.
-pub(crate) struct State {
-    /// The validity deadline.
-    pub(crate) deadline: Stamp,
-    /// The TTL the keys were last given.
-    pub(crate) ttl: Duration,
-    pub(crate) holds: Vec<Hold>,
-    /// Set once, when the lease is lost or released.
-    pub(crate) ended: Option<LossNotice>,
-    pub(crate) in_flight: Option<Round>,
-    /// When the watchdog renews next (`None`: it no longer renews).
-    pub(crate) next_renewal: Option<Stamp>,
-    /// Renewals stopped because the maximum hold time was reached.
-    pub(crate) max_hold_reached: bool,
-    /// Consecutive renewal rounds that failed.
-    pub(crate) failures: u32,
-    pub(crate) last_failure: Option<NodeReports>,
-    pub(crate) last_renewal: Option<Renewal>,
-    /// A task already watches the deadline for the cancellation token.
-    deadline_watched: bool,
-    /// The loss time the watchdog has an entry for.
-    pub(crate) loss_scheduled: Option<Stamp>,
-}
-
-impl State {
-    /// Not ended, and before the deadline.
-    pub(crate) fn is_held(&self) -> bool {
-        self.ended.is_none() && Stamp::now() < self.deadline
     }
 }
 
@@ -112,13 +121,91 @@ impl State {
 /// other nodes. The first read of [`crate::fence`].
 pub(crate) type FenceReads = Box<[Option<Box<[Option<u64>]>>]>;
 
+/// What an acquire won: the start of a lease.
+pub(crate) struct Grant {
+    pub(crate) entry: Entry,
+    /// When the winning round started (before its first request left).
+    pub(crate) start: Stamp,
+    /// Each node's hold after the round.
+    pub(crate) holds: Vec<Hold>,
+    pub(crate) watched: bool,
+    /// The fencing token cell (shared with the hold this one re-entered).
+    pub(crate) fence: Arc<OnceCell<u64>>,
+    pub(crate) fence_reads: FenceReads,
+}
+
+/// A round that won its quorum, as the lease records it.
+pub(crate) struct Win {
+    /// When the round started (before its first request left).
+    pub(crate) start: Stamp,
+    /// The TTL the round gave the keys.
+    pub(crate) ttl: Duration,
+    pub(crate) holds: Vec<Hold>,
+    /// For a watchdog renewal: nodes confirmed and healed so far.
+    pub(crate) renewal: Option<(usize, usize)>,
+}
+
+/// What [`Lease::record_win`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// The deadline moved to the round's.
+    Moved,
+    /// The win came too late to use (its own loss time has passed); the
+    /// lease is unchanged and still held.
+    TooLate,
+    /// The lease had ended, or its loss time had come (it is ended now).
+    Ended,
+}
+
+/// What to do with a lease whose renewal came up in the watchdog's queue.
+#[derive(Debug)]
+pub(crate) enum RenewalClaim {
+    /// Renew it in this flight, with this TTL.
+    Renew(Duration),
+    /// Not due yet (a retry is never pulled forward): put back at this time.
+    Later(Stamp),
+    /// Nothing to do: ended, in flight elsewhere, or a later entry exists.
+    Drop,
+}
+
+/// The mutable part of a lease; only the lease's methods touch it.
+struct State {
+    /// The validity deadline.
+    deadline: Stamp,
+    /// The TTL the keys were last given.
+    ttl: Duration,
+    holds: Vec<Hold>,
+    /// Set once, when the lease is lost or released.
+    ended: Option<LossNotice>,
+    in_flight: Option<Flight>,
+    /// When the watchdog renews next (`None`: it no longer renews).
+    next_renewal: Option<Stamp>,
+    /// Renewals stopped because the maximum hold time was reached.
+    max_hold_reached: bool,
+    /// Consecutive renewal rounds that failed.
+    failures: u32,
+    last_failure: Option<NodeReports>,
+    last_renewal: Option<Renewal>,
+    /// A task already watches the deadline for the cancellation token.
+    deadline_watched: bool,
+    /// The loss time the watchdog has an entry for.
+    loss_scheduled: Option<Stamp>,
+}
+
+impl State {
+    /// Not ended, and before the deadline.
+    fn is_held(&self) -> bool {
+        self.ended.is_none() && Stamp::now() < self.deadline
+    }
+}
+
 /// A held lock's shared state.
 pub(crate) struct Lease {
-    pub(crate) lock: Arc<LockShared>,
-    pub(crate) hold: HoldId,
+    pub(crate) core: Arc<Core>,
+    pub(crate) entry: Entry,
     /// The lock's name for logs and errors (`a` or `a+b`).
     pub(crate) name: Arc<str>,
-    pub(crate) acquired: Stamp,
+    acquired: Stamp,
     /// The fencing token once established; shared with holds re-entered
     /// through this one (one holder, one token).
     pub(crate) fence: Arc<OnceCell<u64>>,
@@ -130,36 +217,30 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        lock: Arc<LockShared>,
-        hold: HoldId,
-        start: Stamp,
-        deadline: Stamp,
-        holds: Vec<Hold>,
-        watched: bool,
-        fence: Arc<OnceCell<u64>>,
-        fence_reads: FenceReads,
-    ) -> Lease {
-        let ttl = lock.config.ttl;
+    pub(crate) fn new(core: Arc<Core>, grant: Grant) -> Lease {
+        let ttl = core.config.ttl;
+        let deadline = grant
+            .start
+            .after(quorum::lease(ttl, core.config.drift_factor));
+        let entry = grant.entry;
         let mut lease = Lease {
-            lock,
             // One name: share it rather than allocate its display.
-            name: if hold.keys.len() == 1 {
-                Arc::clone(hold.keys.first())
+            name: if entry.keys.len() == 1 {
+                Arc::clone(entry.keys.first())
             } else {
-                Arc::from(hold.keys.to_string())
+                Arc::from(entry.keys.to_string())
             },
-            hold,
-            acquired: start,
-            fence,
-            fence_reads,
-            watched,
+            core,
+            entry,
+            acquired: grant.start,
+            fence: grant.fence,
+            fence_reads: grant.fence_reads,
+            watched: grant.watched,
             cancel: CancellationToken::new(),
             state: Mutex::new(State {
                 deadline,
                 ttl,
-                holds,
+                holds: grant.holds,
                 ended: None,
                 in_flight: None,
                 next_renewal: None,
@@ -171,10 +252,10 @@ impl Lease {
                 loss_scheduled: None,
             }),
         };
-        if watched {
+        if lease.watched {
             // Counted down in `end`.
-            bump(&lease.lock.counters.watched);
-            let next = lease.next_renewal_after(start, ttl);
+            bump(&lease.core.counters.watched);
+            let next = lease.next_renewal_after(grant.start, ttl);
             let state = lease
                 .state
                 .get_mut()
@@ -185,14 +266,14 @@ impl Lease {
         lease
     }
 
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `d` (a setting made for the configured TTL) scaled to `ttl`, for a
     /// guard extended to another TTL.
-    pub(crate) fn scaled(&self, d: Duration, ttl: Duration) -> Duration {
-        let configured = self.lock.config.ttl;
+    fn scaled(&self, d: Duration, ttl: Duration) -> Duration {
+        let configured = self.core.config.ttl;
         if ttl == configured {
             d
         } else {
@@ -203,14 +284,14 @@ impl Lease {
     /// When a lease with this deadline and TTL is declared lost unless
     /// renewed: the deadline minus the loss margin.
     pub(crate) fn loss_time(&self, deadline: Stamp, ttl: Duration) -> Stamp {
-        deadline.before(self.scaled(self.lock.config.loss_margin, ttl))
+        deadline.before(self.scaled(self.core.config.loss_margin, ttl))
     }
 
     /// When to renew a round that started at `start` with `ttl`; `None` once
     /// that would be past the maximum hold time.
     pub(crate) fn next_renewal_after(&self, start: Stamp, ttl: Duration) -> Option<Stamp> {
-        let next = start.after(self.scaled(self.lock.config.renew_interval, ttl));
-        match self.lock.config.max_hold {
+        let next = start.after(self.scaled(self.core.config.renew_interval, ttl));
+        match self.core.config.max_hold {
             Some(max) if next > self.acquired.after(max) => None,
             _ => Some(next),
         }
@@ -218,6 +299,11 @@ impl Lease {
 
     pub(crate) fn is_held(&self) -> bool {
         self.state().is_held()
+    }
+
+    /// Whether the lease was lost or released.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.state().ended.is_some()
     }
 
     pub(crate) fn deadline(&self) -> Stamp {
@@ -232,29 +318,69 @@ impl Lease {
         self.state().last_renewal
     }
 
+    /// `Ok` while the lease is held; otherwise ends it (if it had not
+    /// ended) and returns [`Error::Lost`] with the reason. Checked and
+    /// ended under one lock: nothing can renew it in between.
+    pub(crate) fn ensure_held(&self) -> Result<(), Error> {
+        let state = self.state();
+        if state.is_held() {
+            return Ok(());
+        }
+        let reason = self.end_locked(state, LostReason::ValidityExpired);
+        Err(self.lost_error(reason))
+    }
+
+    /// [`Error::Lost`] for this lease with `reason`.
+    fn lost_error(&self, reason: LostReason) -> Error {
+        Error::Lost {
+            key: self.name.to_string(),
+            reason,
+        }
+    }
+
+    /// The error for a lease that has ended ([`Error::Lost`] with why).
+    pub(crate) fn ended_error(&self) -> Error {
+        let reason = self
+            .state()
+            .ended
+            .as_ref()
+            .map_or(LostReason::ValidityExpired, |n| n.reason.clone());
+        self.lost_error(reason)
+    }
+
     /// Ends the lease if its loss time has come: the watchdog's and the
     /// `lost()` future's timers land here.
     pub(crate) fn expire_if_due(&self) {
-        let state = self.state();
+        self.expire_locked(self.state());
+    }
+
+    /// [`expire_if_due`](Self::expire_if_due) on the locked state.
+    fn expire_locked(&self, state: MutexGuard<'_, State>) {
         if state.ended.is_some() || Stamp::now() < self.loss_time(state.deadline, state.ttl) {
             return;
         }
         let reason = if !self.watched {
             LostReason::ValidityExpired
         } else if state.max_hold_reached {
-            LostReason::MaxHoldReached(self.lock.config.max_hold.unwrap_or_default())
+            LostReason::MaxHoldReached(self.core.config.max_hold.unwrap_or_default())
         } else {
             LostReason::RenewalsFailed(state.last_failure.clone().unwrap_or_default())
         };
-        self.end(state, reason);
+        self.end_locked(state, reason);
+    }
+
+    /// Ends the lease (once) for `reason`.
+    pub(crate) fn end(&self, reason: LostReason) {
+        self.end_locked(self.state(), reason);
     }
 
     /// Ends the lease (once): the deadline moves to now at the latest, the
     /// token is cancelled, the loss is counted and logged. Takes the locked
-    /// state so that the check before and the end are one step.
-    pub(crate) fn end(&self, mut state: MutexGuard<'_, State>, reason: LostReason) {
-        if state.ended.is_some() {
-            return;
+    /// state so that the check before and the end are one step. Returns
+    /// the reason the lease ended with (an earlier end's, if any).
+    fn end_locked(&self, mut state: MutexGuard<'_, State>, reason: LostReason) -> LostReason {
+        if let Some(notice) = &state.ended {
+            return notice.reason.clone();
         }
         let now = Stamp::now();
         let notice = LossNotice {
@@ -265,7 +391,7 @@ impl Lease {
         // Counted and logged before the end is visible, so whoever sees the
         // lease ended (is_held, lost(), the token) also sees the counter
         // and the log line.
-        let counters = &self.lock.counters;
+        let counters = &self.core.counters;
         if self.watched {
             counters.watched.fetch_sub(1, Ordering::Relaxed);
         }
@@ -278,11 +404,171 @@ impl Lease {
                 "lock lost: the holder can no longer prove it holds the lock"
             );
         }
+        let reason = notice.reason.clone();
         state.deadline = state.deadline.min(now);
         state.next_renewal = None;
         state.ended = Some(notice);
         drop(state);
         self.cancel.cancel();
+        reason
+    }
+
+    /// Records a round that won its quorum: **the deadline rule**. The
+    /// deadline moves to the round's own `start + ttl − drift` (never
+    /// further), only while the lease has not ended and its current loss
+    /// time has not come (then it ends now), and only if the round's own
+    /// loss time has not come either (a win too late to use changes
+    /// nothing).
+    pub(crate) fn record_win(&self, win: Win) -> Recorded {
+        let mut state = self.state();
+        let now = Stamp::now();
+        if state.ended.is_some() || now >= self.loss_time(state.deadline, state.ttl) {
+            self.expire_locked(state);
+            return Recorded::Ended;
+        }
+        let deadline = win
+            .start
+            .after(quorum::lease(win.ttl, self.core.config.drift_factor));
+        if now >= self.loss_time(deadline, win.ttl) {
+            return Recorded::TooLate;
+        }
+        state.deadline = deadline;
+        state.ttl = win.ttl;
+        state.holds = win.holds;
+        if let Some((held, healed)) = win.renewal {
+            state.failures = 0;
+            state.last_renewal = Some(Renewal {
+                started: win.start,
+                took: now.saturating_since(win.start),
+                held,
+                healed,
+            });
+        }
+        if self.watched {
+            state.next_renewal = self.next_renewal_after(win.start, win.ttl);
+            state.max_hold_reached |= state.next_renewal.is_none();
+        }
+        Recorded::Moved
+    }
+
+    /// Records a round that set `ttl` on some nodes and did not win usable
+    /// validity: nodes that took it may expire before the old deadline, so
+    /// the deadline can only move earlier (to `start + ttl − drift`).
+    /// `holds`: what the round found, if it is to be shown. `keys_gone`:
+    /// other owners hold too many nodes for any quorum: the lease ends.
+    ///
+    /// Returns `false`, recording nothing, when the lease had ended or its
+    /// loss time had come (it is ended now).
+    pub(crate) fn record_miss(
+        &self,
+        start: Stamp,
+        ttl: Duration,
+        holds: Option<Vec<Hold>>,
+        keys_gone: Option<NodeReports>,
+    ) -> bool {
+        let mut state = self.state();
+        if state.ended.is_some() || Stamp::now() >= self.loss_time(state.deadline, state.ttl) {
+            self.expire_locked(state);
+            return false;
+        }
+        let deadline = start.after(quorum::lease(ttl, self.core.config.drift_factor));
+        state.deadline = state.deadline.min(deadline);
+        if let Some(holds) = holds {
+            state.holds = holds;
+        }
+        if let Some(reports) = keys_gone {
+            self.end_locked(state, LostReason::KeysGone(reports));
+        }
+        true
+    }
+
+    /// After a missed renewal: schedules the retry with the lock's backoff,
+    /// within the loss time and the maximum hold time.
+    pub(crate) fn schedule_retry(&self, reports: NodeReports) {
+        let config = &self.core.config;
+        let mut state = self.state();
+        if state.ended.is_some() {
+            return;
+        }
+        let now = Stamp::now();
+        state.failures = state.failures.saturating_add(1);
+        state.last_failure = Some(reports);
+        let retry_at = now.after(config.retry.delay(state.failures, rand::random::<f64>()));
+        let within_hold = config
+            .max_hold
+            .is_none_or(|max| retry_at <= self.acquired.after(max));
+        state.max_hold_reached |= !within_hold;
+        let loss = self.loss_time(state.deadline, state.ttl);
+        state.next_renewal = (retry_at < loss && within_hold).then_some(retry_at);
+    }
+
+    /// Replies that came after a renewal was decided: the guard's view of
+    /// its nodes (and that renewal's counts) include them.
+    pub(crate) fn record_late_replies(
+        &self,
+        start: Stamp,
+        holds: Vec<Hold>,
+        held: usize,
+        healed: usize,
+    ) {
+        let mut state = self.state();
+        if state.ended.is_some() {
+            return;
+        }
+        state.holds = holds;
+        if let Some(renewal) = state.last_renewal.as_mut().filter(|r| r.started == start) {
+            renewal.held = held;
+            renewal.healed = healed;
+        }
+    }
+
+    /// For the watchdog: the next renewal time, and the loss time if it has
+    /// no entry for it yet; `None` once the lease has ended.
+    pub(crate) fn watch_times(&self) -> Option<(Option<Stamp>, Option<Stamp>)> {
+        let mut state = self.state();
+        if state.ended.is_some() {
+            return None;
+        }
+        let loss_at = self.loss_time(state.deadline, state.ttl);
+        // One loss entry per loss time: a round that did not move the
+        // deadline adds none.
+        let new_loss = (state.loss_scheduled != Some(loss_at)).then_some(loss_at);
+        state.loss_scheduled = Some(loss_at);
+        Some((state.next_renewal, new_loss))
+    }
+
+    /// Decides what to do with this lease's renewal entry that came up at
+    /// `now`, and claims the in-flight slot for `flight` if it is to be
+    /// renewed now (renewals due by `horizon` are pulled forward).
+    pub(crate) fn claim_renewal(
+        &self,
+        now: Stamp,
+        horizon: Stamp,
+        flight: &Flight,
+    ) -> RenewalClaim {
+        let mut state = self.state();
+        // In flight: that round (an extend, another group) reschedules when
+        // it ends.
+        if state.ended.is_some() || state.in_flight.is_some() {
+            return RenewalClaim::Drop;
+        }
+        let Some(next) = state.next_renewal else {
+            return RenewalClaim::Drop;
+        };
+        // A retry keeps its backoff: pulling it into this tick would turn a
+        // failing round into a tight loop.
+        let due_by = if state.failures > 0 { now } else { horizon };
+        if next > due_by {
+            // Moved later (a renewal or extend pushed its own entry), or a
+            // retry not yet due.
+            return if state.failures > 0 && next <= horizon {
+                RenewalClaim::Later(next)
+            } else {
+                RenewalClaim::Drop
+            };
+        }
+        state.in_flight = Some(flight.clone());
+        RenewalClaim::Renew(state.ttl)
     }
 
     /// Resolves when the lease ends. Also watches the loss time itself, so
@@ -317,9 +603,9 @@ impl Lease {
         self.cancel.clone()
     }
 
-    /// Claims the in-flight slot for `round`, waiting while another round
+    /// Claims the in-flight slot for `flight`, waiting while another round
     /// holds it. `false` when the lease ended meanwhile.
-    pub(crate) async fn claim(&self, round: &Round) -> bool {
+    pub(crate) async fn claim(&self, flight: &Flight) -> bool {
         loop {
             let other = {
                 let mut state = self.state();
@@ -328,7 +614,7 @@ impl Lease {
                 }
                 match &state.in_flight {
                     None => {
-                        state.in_flight = Some(round.clone());
+                        state.in_flight = Some(flight.clone());
                         return true;
                     }
                     Some(other) => other.done.clone(),
@@ -338,10 +624,10 @@ impl Lease {
         }
     }
 
-    /// Gives the in-flight slot back if `round` holds it.
-    pub(crate) fn unclaim(&self, round: &Round) {
+    /// Gives the in-flight slot back if `flight` holds it.
+    pub(crate) fn unclaim(&self, flight: &Flight) {
         let mut state = self.state();
-        if state.in_flight.as_ref().is_some_and(|r| r.id == round.id) {
+        if state.in_flight.as_ref().is_some_and(|f| f.id == flight.id) {
             state.in_flight = None;
         }
     }
@@ -353,13 +639,17 @@ impl Lease {
         let (was_held, in_flight) = {
             let state = self.state();
             let was_held = state.is_held();
-            let in_flight = state.in_flight.as_ref().map(|r| r.done.clone());
-            self.end(state, LostReason::Released);
+            let in_flight = state.in_flight.as_ref().map(|f| f.done.clone());
+            self.end_locked(state, LostReason::Released);
             (was_held, in_flight)
         };
         if let Some(done) = in_flight {
             // A round ends within its node timeout; the bound is a backstop.
-            let bound = self.lock.config.node_timeout * 2 + self.lock.config.connect_timeout;
+            let config = &self.core.config;
+            let bound = config
+                .node_timeout
+                .saturating_mul(2)
+                .saturating_add(config.connect_timeout);
             if tokio::time::timeout(bound, done.cancelled()).await.is_err() {
                 tracing::debug!(key = %self.name, "a renewal round did not end in time before release");
             }
@@ -368,143 +658,38 @@ impl Lease {
     }
 }
 
-/// A read-only, cloneable view of a held lock: hand it to the work the lock
-/// protects so it can check [`is_held`](Self::is_held), stop on
-/// [`lost`](Self::lost), or pass the [cancellation
-/// token](Self::cancellation_token) further down. It cannot release the
-/// lock; the [`LockGuard`](crate::LockGuard) (or
-/// [`MultiLock::run_exclusive`](crate::MultiLock::run_exclusive)) does.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
-/// use std::time::Duration;
-/// use quorumlock::{LockConfig, MultiLock};
-///
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
-/// let guard = lock.try_acquire("invoice:7").await?;
-/// let held = guard.handle();
-/// let worker = tokio::spawn(async move {
-///     // ... work, checking held.is_held() before each irreversible step ...
-///     held.is_held()
-/// });
-/// assert!(worker.await?);
-/// guard.release().await;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub struct HeldLock {
-    pub(crate) lease: Arc<Lease>,
-}
-
-impl fmt::Debug for HeldLock {
+impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HeldLock")
-            .field("keys", &self.lease.hold.keys)
-            .field("is_held", &self.is_held())
-            .field("validity", &self.validity())
+        f.debug_struct("Lease")
+            .field("keys", &self.entry.keys)
+            .field("watched", &self.watched)
             .finish_non_exhaustive()
     }
 }
 
-impl HeldLock {
-    /// The lock name; for a lock on several names, the first of them in
-    /// sorted order (see [`keys`](Self::keys)).
-    pub fn key(&self) -> &str {
-        self.lease.hold.keys.first()
+#[cfg(test)]
+impl Lease {
+    /// The renewal schedule, for the watchdog's unit tests.
+    pub(crate) fn next_renewal(&self) -> Option<Stamp> {
+        self.state().next_renewal
     }
 
-    /// Every lock name this hold covers, sorted (one for a plain lock).
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.lease.hold.keys.names().iter().map(|n| &**n)
+    /// Sets the renewal schedule as a run of failed renewals would.
+    pub(crate) fn set_schedule(&self, next_renewal: Option<Stamp>, failures: u32) {
+        let mut state = self.state();
+        state.next_renewal = next_renewal;
+        state.failures = failures;
     }
 
-    /// This holder's owner token (32 hex digits, 128 random bits), stored
-    /// under the key on every node it holds. Holds of one
-    /// [`owner`](Self::owner) share it.
-    pub fn token(&self) -> &str {
-        &self.lease.hold.token
+    pub(crate) fn max_hold_reached(&self) -> bool {
+        self.state().max_hold_reached
     }
 
-    /// Who holds this lock: pass it to code (or, as its token, to another
-    /// process) that should re-enter the lock as the same holder with
-    /// [`MultiLock::acquire_as`](crate::MultiLock::acquire_as).
-    pub fn owner(&self) -> Owner {
-        Owner::from_shared(Arc::clone(&self.lease.hold.token))
+    pub(crate) fn ended_notice(&self) -> Option<LossNotice> {
+        self.state().ended.clone()
     }
 
-    /// Whether the lock is still provably ours: it was not found lost or
-    /// released and the validity deadline has not passed. Derived from the
-    /// same deadline as [`validity`](Self::validity) and
-    /// [`lost`](Self::lost), so they never disagree.
-    pub fn is_held(&self) -> bool {
-        self.lease.is_held()
+    pub(crate) fn set_last_failure(&self, reports: NodeReports) {
+        self.state().last_failure = Some(reports);
     }
-
-    /// Time left until the validity deadline (zero once it has passed).
-    pub fn validity(&self) -> Duration {
-        self.lease.deadline().remaining()
-    }
-
-    /// The validity deadline on the deadline clock.
-    pub fn deadline(&self) -> Stamp {
-        self.lease.deadline()
-    }
-
-    /// Whether the watchdog renews this lock (see [`crate::watchdog`]).
-    pub fn is_watched(&self) -> bool {
-        self.lease.watched
-    }
-
-    /// Each node's URL with whether the lock holds it now, in configuration
-    /// order (owned, unlike [`LockGuard::nodes`](crate::LockGuard::nodes)).
-    pub fn nodes(&self) -> Vec<(String, Hold)> {
-        node_holds(&self.lease)
-            .map(|(n, h)| (n.to_string(), h))
-            .collect()
-    }
-
-    /// The last successful watchdog renewal, if any.
-    pub fn last_renewal(&self) -> Option<Renewal> {
-        self.lease.last_renewal()
-    }
-
-    /// Resolves when the lock can no longer be proven held, or is released.
-    ///
-    /// With the watchdog, that is when renewals could not reach the quorum
-    /// before the deadline minus the loss margin, when other owners hold
-    /// too many nodes, or when the maximum hold time ran out; without it,
-    /// at the deadline minus the loss margin unless
-    /// [`LockGuard::extend`](crate::LockGuard::extend) moved it. Either way
-    /// the notice comes before the validity deadline, never after, and
-    /// [`is_held`](Self::is_held) is false from then on.
-    ///
-    /// Cancel safety: the future only observes; drop it at any time. It
-    /// does not borrow the lock, so it can be selected against the work.
-    pub fn lost(&self) -> impl Future<Output = LossNotice> + Send + 'static {
-        self.lease.lost()
-    }
-
-    /// A token that is cancelled when the lock is lost or released: hand it
-    /// to work that should stop then (e.g. `token.run_until_cancelled(work)`).
-    ///
-    /// With the watchdog, the watchdog cancels it. Without, the first call
-    /// starts a small task that watches the deadline (needs a Tokio
-    /// runtime; outside one, only [`lost`](Self::lost) and
-    /// [`LockGuard::extend`](crate::LockGuard::extend) notice the loss).
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.lease.cancellation_token()
-    }
-}
-
-/// Each node's name with the lease's hold on it, in configuration order.
-pub(crate) fn node_holds(lease: &Lease) -> impl ExactSizeIterator<Item = (&str, Hold)> {
-    lease
-        .lock
-        .nodes
-        .iter()
-        .zip(lease.holds())
-        .map(|(n, h)| (&**n.name(), h))
 }

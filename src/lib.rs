@@ -67,7 +67,7 @@
 //! # Safety
 //!
 //! * Every write to a lock key is a Lua script conditional on the owner
-//!   token (128 random bits from the OS): no client deletes or extends a
+//!   token (a UUID v4: 122 random bits from the OS): no client deletes or extends a
 //!   lock it does not own.
 //! * Deadlines use `CLOCK_BOOTTIME` on Linux, which keeps counting while the
 //!   host is suspended, as the nodes' expiry clocks do. On other platforms
@@ -86,36 +86,48 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The layers, each importing only from the layers below it (see
+// ARCHITECTURE.md; `tests/architecture.rs` keeps the shape).
+// 0 pure: no I/O, no async.
 mod clock;
 mod config;
 mod error;
-mod fanout;
-pub mod fence;
-pub mod fenced;
-mod guard;
 mod keys;
-mod lease;
-mod lock;
-mod node;
 mod owner;
 mod quorum;
 mod retry;
-mod scoped;
-mod scripts;
 mod stats;
+// 1 I/O: the nodes and the rounds sent to them.
+mod core;
+mod fanout;
+pub mod fenced;
+mod node;
+mod scripts;
+// 2 state: a held lock's one owner of mutable state.
+mod lease;
+// 3 services: renewal, wake-ups, giving back.
+mod release;
 pub mod wake;
 pub mod watchdog;
+// 4 handles.
+mod guard;
+// 5 the service.
+mod acquire;
+pub mod fence;
+mod lock;
+mod scoped;
 
 pub use clock::Stamp;
 pub use config::{LockConfig, LockConfigBuilder};
 pub use error::{
     ConfigError, Error, LostReason, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports,
 };
-pub use guard::{Hold, LockGuard, ReleaseReport};
-pub use lease::{HeldLock, LossNotice, Renewal};
+pub use guard::{HeldLock, LockGuard};
+pub use lease::{Hold, LossNotice, Renewal};
 pub use lock::MultiLock;
 pub use owner::Owner;
 pub use quorum::Quorum;
+pub use release::ReleaseReport;
 pub use retry::RetryPolicy;
 pub use stats::{LockStats, NodeStats};
 /// The token [`HeldLock::cancellation_token`] hands out (from `tokio-util`).

@@ -4,8 +4,8 @@
 //! Each node has **one** multiplexed connection: one FIFO queue of
 //! commands into one socket. A rollback or release is only created after the
 //! fan-out of its acquire has ended, so it queues behind that acquire and
-//! runs after it on the node; it can never overtake it (DESIGN.md, safety
-//! rule 5). A connection pool would lose this ordering.
+//! runs after it on the node; it can never overtake it. A connection pool
+//! would lose this ordering.
 //!
 //! What happens to a call whose future is dropped depends on how far it got:
 //! a command already written to the socket runs on the node; one still
@@ -31,8 +31,9 @@ use redis::{
     AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, RedisError, Value,
 };
 
-use crate::error::{NodeError, NodeErrorKind};
-use crate::keys::{HoldId, KeySet};
+use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
+use crate::keys::{Entry, KeySet};
+use crate::quorum::Vote;
 use crate::scripts::{self, Script};
 use crate::stats::{NodeCounters, bump};
 
@@ -65,7 +66,7 @@ pub(crate) const RENEW_CHUNK: usize = 256;
 /// One guard of a watchdog group.
 #[derive(Clone)]
 pub(crate) struct RenewItem {
-    pub(crate) hold: HoldId,
+    pub(crate) entry: Entry,
     pub(crate) ttl_ms: u64,
 }
 
@@ -90,14 +91,61 @@ pub(crate) enum AcquireReply {
     Held { pttl: Option<Duration> },
 }
 
+/// A node's answer to an owner-checked script (extend, fencing raise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OwnerCheck {
+    /// Every key carried our token; the script did its write.
+    Ours,
+    /// Some key did not; nothing was written.
+    NotOurs,
+}
+
+impl OwnerCheck {
+    /// How the answer counts for a quorum.
+    pub(crate) fn vote(&self) -> Vote {
+        match self {
+            OwnerCheck::Ours => Vote::Won,
+            OwnerCheck::NotOurs => Vote::Contended,
+        }
+    }
+}
+
+impl From<OwnerCheck> for NodeOutcome {
+    fn from(check: OwnerCheck) -> NodeOutcome {
+        match check {
+            OwnerCheck::Ours => NodeOutcome::Won,
+            OwnerCheck::NotOurs => NodeOutcome::NotHeld,
+        }
+    }
+}
+
+impl AcquireReply {
+    /// How the answer counts for a quorum.
+    pub(crate) fn vote(&self) -> Vote {
+        match self {
+            AcquireReply::Won { .. } => Vote::Won,
+            AcquireReply::Held { .. } => Vote::Contended,
+        }
+    }
+}
+
+impl From<AcquireReply> for NodeOutcome {
+    fn from(reply: AcquireReply) -> NodeOutcome {
+        match reply {
+            AcquireReply::Won { .. } => NodeOutcome::Won,
+            AcquireReply::Held { pttl } => NodeOutcome::HeldByOther { pttl },
+        }
+    }
+}
+
 /// A node's answer to the release script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
     /// No key carried our token.
     NotOurs,
-    /// Our hold is gone and the keys with it.
+    /// Our entry is gone and the keys with it.
     Freed,
-    /// Our hold is gone; the owner's other holds keep the keys.
+    /// Our entry is gone; the owner's other holds keep the keys.
     Kept,
 }
 
@@ -131,21 +179,21 @@ impl Node {
         &self.client
     }
 
-    /// Runs the acquire script for every key of the hold.
+    /// Runs the acquire script for every key of the entry.
     pub(crate) fn acquire(
         self: &Arc<Self>,
-        hold: HoldId,
+        entry: Entry,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .eval(&scripts::ACQUIRE, |cmd| {
-                    with_fences(cmd, &hold.keys);
-                    cmd.arg(&*hold.token).arg(&*hold.entry).arg(ttl_ms);
+                    with_fences(cmd, &entry.keys);
+                    cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
                 })
                 .await?;
-            let m = hold.keys.len();
+            let m = entry.keys.len();
             match reply {
                 Value::Array(items) => match items.as_slice() {
                     [Value::Int(1), fences @ ..] if fences.len() == m => fences
@@ -170,20 +218,20 @@ impl Node {
         }
     }
 
-    /// Runs the release script: gives back this hold on every key, and if
+    /// Runs the release script: gives back this entry on every key, and if
     /// `announce`, publishes a release notice for each key that became free.
     pub(crate) fn release(
         self: &Arc<Self>,
-        hold: HoldId,
+        entry: Entry,
         announce: bool,
     ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .eval(&scripts::RELEASE, |cmd| {
-                    with_keys(cmd, &hold.keys);
-                    cmd.arg(&*hold.token)
-                        .arg(&*hold.entry)
+                    with_keys(cmd, &entry.keys);
+                    cmd.arg(&*entry.token)
+                        .arg(&*entry.id)
                         .arg(if announce { "1" } else { "0" });
                 })
                 .await?;
@@ -200,8 +248,8 @@ impl Node {
     /// name for `to` where that left it free.
     pub(crate) fn handoff(
         self: &Arc<Self>,
-        from: HoldId,
-        to: HoldId,
+        from: Entry,
+        to: Entry,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<(ReleaseReply, AcquireReply), NodeError>> + Send + 'static
     {
@@ -209,15 +257,15 @@ impl Node {
         async move {
             // Never resent: a resend on a new connection could run after the
             // waiter's rollback (sent on that connection too) and take the
-            // name for a waiter that gave up. A plain release of our own hold
+            // name for a waiter that gave up. A plain release of our own entry
             // is sent instead: a release cannot be overtaken by anything.
             let reply = match node
                 .eval_with(&scripts::HANDOFF, Resend::Never, |cmd| {
                     with_fences(cmd, &from.keys);
                     cmd.arg(&*from.token)
-                        .arg(&*from.entry)
+                        .arg(&*from.id)
                         .arg(&*to.token)
-                        .arg(&*to.entry)
+                        .arg(&*to.id)
                         .arg(ttl_ms);
                 })
                 .await
@@ -252,41 +300,42 @@ impl Node {
         }
     }
 
-    /// Runs the compare-and-expire script; `true` when every key is ours
-    /// and lives at least `ttl_ms` now.
+    /// Runs the compare-and-expire script; [`OwnerCheck::Ours`] when every
+    /// key is ours and lives at least `ttl_ms` now.
     pub(crate) fn extend(
         self: &Arc<Self>,
-        hold: HoldId,
+        entry: Entry,
         ttl_ms: u64,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+    ) -> impl Future<Output = Result<OwnerCheck, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .eval(&scripts::EXTEND, |cmd| {
-                    with_keys(cmd, &hold.keys);
-                    cmd.arg(&*hold.token).arg(&*hold.entry).arg(ttl_ms);
+                    with_keys(cmd, &entry.keys);
+                    cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
                 })
                 .await?;
-            node.flag(reply)
+            node.owner_check(reply)
         }
     }
 
-    /// Raises the fencing counters of the hold's keys to `token` if every
-    /// key is still ours; `true` when it did (every counter is `>= token`).
+    /// Raises the fencing counters of the entry's keys to `token` if every
+    /// key is still ours; [`OwnerCheck::Ours`] when it did (every counter is
+    /// `>= token`).
     pub(crate) fn raise_fence(
         self: &Arc<Self>,
-        hold: HoldId,
+        entry: Entry,
         token: u64,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+    ) -> impl Future<Output = Result<OwnerCheck, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .eval(&scripts::FENCE, |cmd| {
-                    with_fences(cmd, &hold.keys);
-                    cmd.arg(&*hold.token).arg(token);
+                    with_fences(cmd, &entry.keys);
+                    cmd.arg(&*entry.token).arg(token);
                 })
                 .await?;
-            node.flag(reply)
+            node.owner_check(reply)
         }
     }
 
@@ -337,16 +386,16 @@ impl Node {
             bump(&node.counters.renew_calls);
             let reply = node
                 .eval(&scripts::RENEW, |cmd: &mut Cmd| {
-                    let keys: usize = items.iter().map(|i| i.hold.keys.len()).sum();
+                    let keys: usize = items.iter().map(|i| i.entry.keys.len()).sum();
                     cmd.arg(keys);
                     for item in items.iter() {
-                        names(cmd, &item.hold.keys);
+                        names(cmd, &item.entry.keys);
                     }
                     for item in items.iter() {
-                        cmd.arg(&*item.hold.token)
-                            .arg(&*item.hold.entry)
+                        cmd.arg(&*item.entry.token)
+                            .arg(&*item.entry.id)
                             .arg(item.ttl_ms)
-                            .arg(item.hold.keys.len());
+                            .arg(item.entry.keys.len());
                     }
                 })
                 .await?;
@@ -379,10 +428,10 @@ impl Node {
         self.connection().await.map(|_| ())
     }
 
-    fn flag(&self, reply: Value) -> Result<bool, NodeError> {
+    fn owner_check(&self, reply: Value) -> Result<OwnerCheck, NodeError> {
         match reply {
-            Value::Int(1) => Ok(true),
-            Value::Int(0) => Ok(false),
+            Value::Int(1) => Ok(OwnerCheck::Ours),
+            Value::Int(0) => Ok(OwnerCheck::NotOurs),
             other => Err(self.unexpected(other)),
         }
     }
@@ -467,7 +516,7 @@ impl Node {
     /// the server restarted since it was made) is replaced and the call sent
     /// once more. That cannot reorder anything: a closed socket runs no
     /// further commands on the server, and each script is idempotent for
-    /// one hold (entry id).
+    /// one entry (entry id).
     async fn reconnecting<F, Fut>(
         self: &Arc<Self>,
         resend: Resend,

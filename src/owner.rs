@@ -6,13 +6,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::{Error, LostReason};
-use crate::guard::{LockGuard, lease_error};
-use crate::lease::HeldLock;
-use crate::lock::{MultiLock, Request};
+use crate::error::Error;
 
 /// The identity of a lock holder: the owner token stored on the nodes
-/// (128 random bits from the OS, as 32 lowercase hex digits).
+/// (a UUID v4 from the OS's random source: 122 random bits, as 32
+/// lowercase hex digits).
 ///
 /// Every plain [`acquire`](crate::MultiLock::acquire) makes a fresh owner,
 /// so two acquires never re-enter each other. To re-enter, either take the
@@ -41,7 +39,7 @@ pub struct Owner {
 }
 
 impl Owner {
-    /// A new owner with 128 random bits from the OS (UUID v4).
+    /// A new owner: a UUID v4 (122 random bits from the OS).
     pub fn new() -> Owner {
         let mut buf = uuid::Uuid::encode_buffer();
         Owner {
@@ -99,60 +97,6 @@ impl fmt::Debug for Owner {
 impl fmt::Display for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.token)
-    }
-}
-
-impl HeldLock {
-    /// Takes this lock again as the same holder (re-entry), for nested code
-    /// that needs the lock its caller already holds. One attempt: the owner
-    /// holds the lock, so only node failures can refuse it.
-    ///
-    /// The new guard is a hold of its own: it has its own validity and its
-    /// own release, and the key stays on the nodes until every hold of the
-    /// owner is released (or expires). Releasing the inner guard never ends
-    /// the outer hold; another owner still cannot release either. The
-    /// watchdog setting and the [fencing token](Self::fencing_token) carry
-    /// over from this hold.
-    ///
-    /// Fails with [`Error::Lost`] when this hold is no longer held: a lost
-    /// lock is not re-entered (a plain acquire would be a new holder).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
-    /// use quorumlock::{HeldLock, LockConfig, MultiLock};
-    ///
-    /// async fn post_entry(held: &HeldLock) -> Result<(), quorumlock::Error> {
-    ///     // Nested code that needs the ledger lock takes it again.
-    ///     let inner = held.reenter().await?;
-    ///     // ... write under the lock ...
-    ///     inner.release().await;
-    ///     Ok(())
-    /// }
-    ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
-    /// let outer = lock.try_acquire("ledger").await?;
-    /// post_entry(&outer).await?;
-    /// assert!(outer.is_held(), "the inner release left the outer hold");
-    /// assert!(outer.release().await.kept == 0, "the last hold deletes the key");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn reenter(&self) -> Result<LockGuard, Error> {
-        let lease = &self.lease;
-        if !lease.is_held() {
-            lease.end(lease.state(), LostReason::ValidityExpired);
-            return Err(lease_error(lease));
-        }
-        let request = Request {
-            keys: Arc::clone(&lease.hold.keys),
-            owner: Some(Arc::clone(&lease.hold.token)),
-            fence: Some(Arc::clone(&lease.fence)),
-        };
-        MultiLock::from_shared(Arc::clone(&lease.lock))
-            .acquire_request(request, None, lease.watched)
-            .await
     }
 }
 

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
+use crate::acquire::Request;
 use crate::error::Error;
-use crate::lease::HeldLock;
-use crate::lock::{MultiLock, Request};
+use crate::guard::HeldLock;
+use crate::lock::MultiLock;
 
 impl MultiLock {
     /// Takes the lock named `key` (waiting up to `wait`, as
@@ -56,6 +57,13 @@ impl MultiLock {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work (at its current `.await`) and
+    /// the guard, whose drop releases the lock in the background; while
+    /// the acquire is still waiting, as for
+    /// [`acquire`](Self::acquire).
     pub async fn run_exclusive<F, Fut, T>(
         &self,
         key: &str,
@@ -67,7 +75,7 @@ impl MultiLock {
         Fut: Future<Output = T>,
     {
         let guard = self
-            .acquire_request(Request::new(&[key], None)?, Some(wait), true)
+            .acquire_request(Request::new(&[key], None, true)?, Some(wait))
             .await?;
         let lost = guard.lost();
         let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(guard.handle()))) {

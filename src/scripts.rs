@@ -1,6 +1,6 @@
 //! The Lua scripts that touch lock keys. Every write is conditional on the
 //! owner token inside one script, so no client can delete or extend a lock it
-//! does not own (DESIGN.md, safety rule 2).
+//! does not own.
 
 use std::sync::LazyLock;
 

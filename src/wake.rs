@@ -46,6 +46,8 @@
 //! Turn wake-ups off with
 //! [`LockConfigBuilder::wake_ups(false)`](crate::LockConfigBuilder::wake_ups)
 //! for plain jittered polling (no subscriber connections).
+//!
+//! This module holds only documentation; its types are crate-internal.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -60,8 +62,7 @@ use tokio::time::Instant;
 use crate::clock::Stamp;
 use crate::error::{Error, NodeError, NodeOutcome};
 use crate::fanout::End;
-use crate::keys::HoldId;
-use crate::keys::{KeySet, RESERVED_PREFIX, release_channel};
+use crate::keys::{Entry, KeySet, RESERVED_PREFIX, release_channel};
 use crate::node::AcquireReply;
 use crate::node::Node;
 use crate::stats::{Counters, bump};
@@ -89,10 +90,10 @@ struct Waiters {
     next: Option<Handoff>,
 }
 
-/// A sleeping waiter's offer: take the name for this hold, and tell me how
+/// A sleeping waiter's offer: take the name for this entry, and tell me how
 /// each node answered.
 pub(crate) struct Handoff {
-    pub(crate) hold: HoldId,
+    pub(crate) entry: Entry,
     pub(crate) events: mpsc::UnboundedSender<HandoffEvent>,
 }
 
@@ -114,7 +115,7 @@ pub(crate) enum Woken {
     /// A release took the name for the waiter: its attempt's answers are
     /// `first` (if already received), then the rest on the channel.
     HandedOver {
-        hold: HoldId,
+        entry: Entry,
         first: Option<HandoffEvent>,
         rest: mpsc::UnboundedReceiver<HandoffEvent>,
     },
@@ -217,14 +218,14 @@ impl Wake {
         }
     }
 
-    /// Takes back the offer of `hold`; `false` when a release took it.
-    fn withdraw(&self, name: &Arc<str>, hold: &HoldId) -> bool {
+    /// Takes back the offer of `entry`; `false` when a release took it.
+    fn withdraw(&self, name: &Arc<str>, entry: &Entry) -> bool {
         let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(waiters) = names.get_mut(name) else {
             return false;
         };
         match &waiters.next {
-            Some(next) if Arc::ptr_eq(&next.hold.entry, &hold.entry) => {
+            Some(next) if Arc::ptr_eq(&next.entry.id, &entry.id) => {
                 waiters.next = None;
                 true
             }
@@ -322,7 +323,7 @@ impl Waiter<'_> {
     /// remaining TTL or `backoff`, whichever comes first, and never past
     /// `budget_end`. Without wake-ups: `backoff` only.
     ///
-    /// `next` is the hold the waiter would take next (one name only): while
+    /// `next` is the entry the waiter would take next (one name only): while
     /// it sleeps with its turn, a release by this lock service may take the
     /// name for it, and the wait ends with [`Woken::HandedOver`].
     pub(crate) async fn wait(
@@ -330,50 +331,18 @@ impl Waiter<'_> {
         error: Option<&Error>,
         backoff: Duration,
         budget_end: Instant,
-        next: Option<HoldId>,
+        next: Option<Entry>,
     ) -> Woken {
         let wake = self.wake;
         if !wake.enabled {
             tokio::time::sleep_until((Instant::now() + backoff).min(budget_end)).await;
             return Woken::Retry;
         }
-        let registration = match &mut self.registration {
-            Some(registration) => registration,
-            None => self
-                .registration
-                .insert(wake.register(&self.keys, self.counters)),
-        };
-        if self.turn.is_none() {
-            let turn = Arc::clone(&registration.turn);
-            match turn.try_lock_owned() {
-                Ok(guard) => self.turn = Some(guard),
-                Err(_) => {
-                    if self.seen.len() != registration.notices.len() {
-                        // Registered after the attempt: count from now.
-                        self.seen = snapshot(&mut registration.notices);
-                    }
-                    // Another waiter of this lock service attempts for the
-                    // name: queue behind it, sending nothing meanwhile.
-                    let Ok(guard) = tokio::time::timeout_at(
-                        budget_end,
-                        Arc::clone(&registration.turn).lock_owned(),
-                    )
-                    .await
-                    else {
-                        return Woken::Retry;
-                    };
-                    self.turn = Some(guard);
-                    // The waiter before us may have won and released
-                    // already, before we could offer a handoff: its release
-                    // is among the notices since we queued. Any notice at
-                    // all: attempt now rather than sleep through it. (A
-                    // fresh count here once lost that release, and the
-                    // waiter slept its whole backoff.)
-                    if notices_since(&registration.notices, &self.seen) {
-                        return Woken::Retry;
-                    }
-                }
-            }
+        if self.registration.is_none() {
+            self.registration = Some(wake.register(&self.keys, self.counters));
+        }
+        if self.turn.is_none() && !self.take_turn(budget_end).await {
+            return Woken::Retry;
         }
         let free_in = match error {
             Some(Error::Contended {
@@ -386,11 +355,60 @@ impl Waiter<'_> {
         // Nodes the last attempt won were rolled back: free. A quorum needs
         // this many more to announce a release.
         let won = error.and_then(Error::node_reports).map_or(0, |r| {
-            r.0.iter()
+            r.iter()
                 .filter(|r| matches!(r.outcome, NodeOutcome::Won))
                 .count()
         });
         let needed = wake.required.saturating_sub(won).max(1);
+        self.sleep_until_notice(until, needed, next).await
+    }
+
+    /// Takes this waiter's turn among the waiters of this lock service,
+    /// queuing behind the one whose turn it is. `false`: attempt now
+    /// without sleeping (the budget ran out while queued, or a release came
+    /// while queued).
+    async fn take_turn(&mut self, budget_end: Instant) -> bool {
+        let Some(registration) = self.registration.as_mut() else {
+            return false;
+        };
+        let turn = Arc::clone(&registration.turn);
+        if let Ok(guard) = turn.try_lock_owned() {
+            self.turn = Some(guard);
+            return true;
+        }
+        if self.seen.len() != registration.notices.len() {
+            // Registered after the attempt: count from now.
+            self.seen = snapshot(&mut registration.notices);
+        }
+        // Another waiter of this lock service attempts for the name: queue
+        // behind it, sending nothing meanwhile.
+        let Ok(guard) =
+            tokio::time::timeout_at(budget_end, Arc::clone(&registration.turn).lock_owned()).await
+        else {
+            return false;
+        };
+        self.turn = Some(guard);
+        // The waiter before us may have won and released already, before we
+        // could offer a handoff: its release is among the notices since we
+        // queued. Any notice at all: attempt now rather than sleep through
+        // it. (A fresh count here once lost that release, and the waiter
+        // slept its whole backoff.)
+        !notices_since(&registration.notices, &self.seen)
+    }
+
+    /// Sleeps with the turn until `until`, until releases announced by
+    /// `needed` nodes (or one by this lock service), or until a release
+    /// hands `next` over.
+    async fn sleep_until_notice(
+        &mut self,
+        until: Instant,
+        needed: usize,
+        next: Option<Entry>,
+    ) -> Woken {
+        let wake = self.wake;
+        let Some(registration) = self.registration.as_mut() else {
+            return Woken::Retry;
+        };
         if self.seen.len() != registration.notices.len() {
             // Registered after the attempt: count from now.
             self.seen = snapshot(&mut registration.notices);
@@ -398,18 +416,7 @@ impl Waiter<'_> {
         let sleep = tokio::time::sleep_until(until);
         tokio::pin!(sleep);
         // Offer the turn to a release of this lock service.
-        let mut offered = next.map(|hold| {
-            let (events, rx) = mpsc::unbounded_channel();
-            let name = Arc::clone(hold.keys.first());
-            wake.offer(
-                &name,
-                Handoff {
-                    hold: hold.clone(),
-                    events,
-                },
-            );
-            (name, hold, rx)
-        });
+        let mut offered = next.map(|entry| Offer::make(wake, entry));
         let woken = loop {
             let step = {
                 let notices = registration
@@ -418,7 +425,7 @@ impl Waiter<'_> {
                     .map(|n| Box::pin(n.changed()));
                 let handed = async {
                     match offered.as_mut() {
-                        Some((_, _, rx)) => rx.recv().await,
+                        Some(offer) => offer.answers.recv().await,
                         None => std::future::pending().await,
                     }
                 };
@@ -431,12 +438,8 @@ impl Waiter<'_> {
             };
             match step {
                 Step::Handed(Some(first)) => {
-                    if let Some((_, hold, rest)) = offered.take() {
-                        return Woken::HandedOver {
-                            hold,
-                            first: Some(first),
-                            rest,
-                        };
+                    if let Some(offer) = offered.take() {
+                        return offer.handed_over(Some(first));
                     }
                 }
                 // The releaser dropped the offer unused: wait on.
@@ -450,17 +453,48 @@ impl Waiter<'_> {
                 Step::Timer => break Woken::Retry,
             }
         };
-        if let Some((name, hold, rest)) = offered
-            && !wake.withdraw(&name, &hold)
-        {
+        match offered {
             // A release took the offer just now: its answers are coming.
-            return Woken::HandedOver {
-                hold,
-                first: None,
-                rest,
-            };
+            Some(offer) if !wake.withdraw(&offer.name, &offer.entry) => offer.handed_over(None),
+            _ => woken,
         }
-        woken
+    }
+}
+
+/// A sleeping waiter's standing offer of a handoff, and where its answers
+/// arrive.
+struct Offer {
+    name: Arc<str>,
+    entry: Entry,
+    answers: mpsc::UnboundedReceiver<HandoffEvent>,
+}
+
+impl Offer {
+    /// Offers the name of `entry` to a release by this lock service.
+    fn make(wake: &Wake, entry: Entry) -> Offer {
+        let (events, answers) = mpsc::unbounded_channel();
+        let name = Arc::clone(entry.keys.first());
+        wake.offer(
+            &name,
+            Handoff {
+                entry: entry.clone(),
+                events,
+            },
+        );
+        Offer {
+            name,
+            entry,
+            answers,
+        }
+    }
+
+    /// The wait's end once a release took the offer.
+    fn handed_over(self, first: Option<HandoffEvent>) -> Woken {
+        Woken::HandedOver {
+            entry: self.entry,
+            first,
+            rest: self.answers,
+        }
     }
 }
 

@@ -38,14 +38,13 @@
 //!   (default a third of the TTL) after the last successful acquire or
 //!   renewal. Each renewal is a fresh fan-out to *every* node with its own
 //!   start time, its own quorum count and its own validity
-//!   (`start + ttl − drift`), exactly like an acquire (DESIGN.md, rules 1, 3
-//!   and 4). It decides at the quorum: a paused or dead node never delays
+//!   (`start + ttl − drift`), exactly like an acquire. It decides at the quorum: a paused or dead node never delays
 //!   the verdict.
 //! * **Heals**: the renew script resets the TTL where the key carries our
 //!   token and re-takes the key, with the same token and TTL, where it is
 //!   absent (a node that restarted empty, a promoted replica). A key held by
 //!   another owner is left alone. The guard's
-//!   [`nodes`](crate::LockGuard::nodes) always show what the last round found.
+//!   [`nodes`](crate::HeldLock::nodes) always show what the last round found.
 //! * **Retries** a renewal that missed the quorum with jittered backoff
 //!   (the lock's [`RetryPolicy`](crate::RetryPolicy)) for as long as the
 //!   validity allows.
@@ -76,7 +75,7 @@
 //!   told anything: its code does not run. When it resumes, `is_held()` is
 //!   false if the deadline passed, but a write it had already decided on
 //!   goes out anyway. Only the protected resource can reject that write:
-//!   fencing tokens cover this case (they come with a later release).
+//!   [fencing tokens](crate::fence) cover this case.
 //! * The nodes' clocks must not run faster than the drift allowance, and a
 //!   node that loses its data must stay out for a TTL (delayed restart), as
 //!   for any Redlock acquire.
@@ -93,6 +92,9 @@
 //! together, as one script call per 256 locks, so the traffic grows with
 //! nodes × ticks, not with round trips per lock.
 
+//!
+//! This module holds only documentation; its types are crate-internal.
+
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -104,21 +106,28 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clock::Stamp;
-use crate::error::{LostReason, NodeError};
+use crate::core::{Core, ttl_millis};
+use crate::error::NodeError;
 use crate::fanout::{End, fan_out};
-use crate::guard::holds;
-use crate::lease::{Lease, Renewal, Round};
-use crate::lock::{LockShared, ttl_millis};
+use crate::lease::{Flight, Hold, Lease, Recorded, RenewalClaim, Win};
 use crate::node::{RENEW_CHUNK, RenewItem, RenewReply};
-use crate::quorum::{self, Decision, Tally, Vote};
+use crate::quorum::{Decision, Tally, Vote};
 use crate::stats::bump;
 
-/// The renewal schedule of one lock service.
-#[derive(Default)]
+/// The renewal schedule of one lock service. Dropping it ends its task at
+/// once: the task holds the schedule only weakly, so a dropped lock service
+/// leaves nothing behind that keeps its leases (or their connections) alive.
 pub(crate) struct Watchdog {
+    shared: Arc<Schedule>,
+}
+
+/// What the watchdog and its task share.
+struct Schedule {
     queue: Mutex<Queue>,
-    /// Shared with the task, which must not keep the lock service alive.
-    wake: Arc<Notify>,
+    /// Wakes the task: an earlier entry, or the watchdog dropped.
+    wake: Notify,
+    /// Renewals due within this window of each other go out together.
+    window: Duration,
 }
 
 #[derive(Default)]
@@ -166,14 +175,14 @@ impl Ord for Due {
 struct Tick {
     losses: Vec<Arc<Lease>>,
     /// The renewals, in groups of at most [`RENEW_CHUNK`]: one script call
-    /// per node each, with its own round.
+    /// per node each, with its own flight.
     groups: Vec<Group>,
     next: Option<Stamp>,
 }
 
 /// Leases renewed together: one renew call per node, one start time.
 struct Group {
-    round: Round,
+    flight: Flight,
     leases: Vec<(Arc<Lease>, Duration)>,
     /// Lock keys of those leases (a multi-key guard counts each).
     keys: usize,
@@ -184,82 +193,77 @@ struct Group {
 /// of calls (and their buffers) at once behind one another.
 const GROUPS_IN_FLIGHT: usize = 4;
 
-/// What to do with a renewal entry that came up.
-enum Claim {
-    /// Renew it in this round, with this TTL.
-    Renew(Duration),
-    /// Not due yet (a retry is never pulled forward): put back at this time.
-    Later(Stamp),
-    /// Nothing to do: ended, in flight elsewhere, or a later entry exists.
-    Drop,
+impl Watchdog {
+    /// A watchdog that renews every `renew_interval` (coalescing renewals
+    /// due within a tenth of it).
+    pub(crate) fn new(renew_interval: Duration) -> Watchdog {
+        Watchdog {
+            shared: Arc::new(Schedule {
+                queue: Mutex::default(),
+                wake: Notify::new(),
+                window: renew_interval / 10,
+            }),
+        }
+    }
+
+    /// Schedules a watched lease's next renewal and its loss time, starting
+    /// the watchdog task if it is not running.
+    pub(crate) fn watch(&self, lease: &Arc<Lease>) {
+        self.shared.watch(lease);
+    }
 }
 
-/// Schedules a watched lease's next renewal and its loss time, starting the
-/// watchdog task if it is not running.
-pub(crate) fn watch(lease: &Arc<Lease>) {
-    let (renew_at, loss_at) = {
-        let mut state = lease.state();
-        if state.ended.is_some() {
-            return;
-        }
-        let loss_at = lease.loss_time(state.deadline, state.ttl);
-        // One loss entry per loss time: a round that did not move the
-        // deadline adds none.
-        let new_loss = (state.loss_scheduled != Some(loss_at)).then_some(loss_at);
-        state.loss_scheduled = Some(loss_at);
-        (state.next_renewal, new_loss)
-    };
-    let shared = &lease.lock;
-    let watchdog = &shared.watchdog;
-    let mut queue = watchdog
-        .queue
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let earliest = queue.next_due();
-    let mut push = |heap: fn(&mut Queue) -> &mut BinaryHeap<Due>, at: Stamp| {
-        queue.seq += 1;
-        let seq = queue.seq;
-        heap(&mut queue).push(Due {
-            at,
-            seq,
-            lease: Arc::clone(lease),
-        });
-    };
-    if let Some(at) = loss_at {
-        push(|q| &mut q.losses, at);
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Nothing is renewed for a lock service that is gone (its guards are
+        // gone too): let go of every lease now, rather than when the task
+        // next wakes, and wake it so that it ends.
+        let (renewals, losses) = {
+            let mut queue = self
+                .shared
+                .queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            (
+                std::mem::take(&mut queue.renewals),
+                std::mem::take(&mut queue.losses),
+            )
+        };
+        drop((renewals, losses));
+        self.shared.wake.notify_one();
     }
-    if let Some(at) = renew_at {
-        push(|q| &mut q.renewals, at);
-    }
-    let Some(new_earliest) = [renew_at, loss_at].into_iter().flatten().min() else {
-        return;
-    };
-    if !queue.running {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %lease.name, "no Tokio runtime: the watchdog cannot run; the guard expires at its deadline");
+}
+
+impl Schedule {
+    fn watch(self: &Arc<Self>, lease: &Arc<Lease>) {
+        let Some((renew_at, loss_at)) = lease.watch_times() else {
             return;
         };
-        queue.running = true;
-        drop(queue);
-        runtime.spawn(run(Arc::downgrade(shared), Arc::clone(&watchdog.wake)));
-    } else if earliest.is_none_or(|e| new_earliest < e) {
-        drop(queue);
-        watchdog.wake.notify_one();
-    }
-}
-
-impl Queue {
-    fn next_due(&self) -> Option<Stamp> {
-        let renew = self.renewals.peek().map(|d| d.at);
-        let loss = self.losses.peek().map(|d| d.at);
-        match (renew, loss) {
-            (Some(r), Some(l)) => Some(r.min(l)),
-            (r, l) => r.or(l),
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let earliest = queue.next_due();
+        if let Some(at) = loss_at {
+            queue.push(|q| &mut q.losses, at, lease);
+        }
+        if let Some(at) = renew_at {
+            queue.push(|q| &mut q.renewals, at, lease);
+        }
+        let Some(new_earliest) = [renew_at, loss_at].into_iter().flatten().min() else {
+            return;
+        };
+        if !queue.running {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                tracing::warn!(key = %lease.name, "no Tokio runtime: the watchdog cannot run; the guard expires at its deadline");
+                return;
+            };
+            queue.running = true;
+            drop(queue);
+            runtime.spawn(run(Arc::downgrade(self)));
+        } else if earliest.is_none_or(|e| new_earliest < e) {
+            drop(queue);
+            self.wake.notify_one();
         }
     }
-}
 
-impl Watchdog {
     /// Takes what is due: losses up to `now`, renewals up to `horizon`
     /// (early by at most the coalescing window, which is harmless; retries
     /// only once due). Marks the task stopped when nothing is left.
@@ -279,7 +283,7 @@ impl Watchdog {
             };
             if groups.last().is_none_or(|g| g.keys >= RENEW_CHUNK) {
                 groups.push(Group {
-                    round: Round::new(),
+                    flight: Flight::new(),
                     leases: Vec::new(),
                     keys: 0,
                 });
@@ -287,13 +291,13 @@ impl Watchdog {
             let Some(group) = groups.last_mut() else {
                 break;
             };
-            match claim_for_renewal(&due.lease, now, horizon, &group.round) {
-                Claim::Renew(ttl) => {
-                    group.keys += due.lease.hold.keys.len();
+            match due.lease.claim_renewal(now, horizon, &group.flight) {
+                RenewalClaim::Renew(ttl) => {
+                    group.keys += due.lease.entry.keys.len();
                     group.leases.push((due.lease, ttl));
                 }
-                Claim::Later(at) => later.push(Due { at, ..due }),
-                Claim::Drop => {}
+                RenewalClaim::Later(at) => later.push(Due { at, ..due }),
+                RenewalClaim::Drop => {}
             }
         }
         groups.retain(|g| !g.leases.is_empty());
@@ -310,64 +314,73 @@ impl Watchdog {
     }
 }
 
-/// Decides what to do with a lease whose renewal entry came up, and puts it
-/// into `round` if it is to be renewed now.
-fn claim_for_renewal(lease: &Lease, now: Stamp, horizon: Stamp, round: &Round) -> Claim {
-    let mut state = lease.state();
-    // In flight: that round (an extend, another group) reschedules when it
-    // ends.
-    if state.ended.is_some() || state.in_flight.is_some() {
-        return Claim::Drop;
+impl Queue {
+    fn next_due(&self) -> Option<Stamp> {
+        let renew = self.renewals.peek().map(|d| d.at);
+        let loss = self.losses.peek().map(|d| d.at);
+        match (renew, loss) {
+            (Some(r), Some(l)) => Some(r.min(l)),
+            (r, l) => r.or(l),
+        }
     }
-    let Some(next) = state.next_renewal else {
-        return Claim::Drop;
-    };
-    // A retry keeps its backoff: pulling it into this tick would turn a
-    // failing round into a tight loop.
-    let due_by = if state.failures > 0 { now } else { horizon };
-    if next > due_by {
-        // Moved later (a renewal or extend pushed its own entry), or a
-        // retry not yet due.
-        return if state.failures > 0 && next <= horizon {
-            Claim::Later(next)
-        } else {
-            Claim::Drop
-        };
+
+    fn push(
+        &mut self,
+        heap: fn(&mut Queue) -> &mut BinaryHeap<Due>,
+        at: Stamp,
+        lease: &Arc<Lease>,
+    ) {
+        self.seq += 1;
+        let seq = self.seq;
+        heap(self).push(Due {
+            at,
+            seq,
+            lease: Arc::clone(lease),
+        });
     }
-    state.in_flight = Some(round.clone());
-    Claim::Renew(state.ttl)
 }
 
 /// The watchdog task: sleeps until the next renewal or loss is due, sends
 /// each tick's renewals in groups, and ends when nothing is scheduled or
-/// the lock service is gone.
-async fn run(shared: Weak<LockShared>, wake: Arc<Notify>) {
+/// the watchdog is gone.
+async fn run(schedule: Weak<Schedule>) {
     loop {
-        let notified = wake.notified();
+        let Some(shared) = schedule.upgrade() else {
+            return;
+        };
+        let notified = shared.wake.notified();
         tokio::pin!(notified);
         // Registered before the queue is read, so a push in between wakes us.
         notified.as_mut().enable();
-        let Some(lock) = shared.upgrade() else {
-            return;
-        };
-        let watchdog = &lock.watchdog;
         let now = Stamp::now();
-        let window = lock.config.renew_interval / 10;
-        let tick = watchdog.take_due(now, now.after(window));
+        let tick = shared.take_due(now, now.after(shared.window));
         for lease in &tick.losses {
             lease.expire_if_due();
         }
         if !tick.groups.is_empty() {
-            tokio::spawn(renew_tick(Arc::clone(&lock), tick.groups));
+            tokio::spawn(renew_tick(Arc::clone(&shared), tick.groups));
         }
-        drop(lock);
         let Some(next) = tick.next else {
             return;
         };
+        // Dropping the watchdog wakes this wait; the next pass then finds
+        // the schedule gone and lets go of it, and of every lease in it.
         tokio::select! {
             () = notified => {}
             () = tokio::time::sleep_until(next.to_instant()) => {}
         }
+    }
+}
+
+/// Renews one tick's groups, at most [`GROUPS_IN_FLIGHT`] undecided at once.
+async fn renew_tick(schedule: Arc<Schedule>, groups: Vec<Group>) {
+    let permits = Arc::new(Semaphore::new(GROUPS_IN_FLIGHT));
+    for group in groups {
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            return;
+        };
+        let span = tracing::debug_span!("renew", locks = group.leases.len());
+        tokio::spawn(renew_group(Arc::clone(&schedule), group, permit).instrument(span));
     }
 }
 
@@ -379,16 +392,14 @@ struct LeaseVotes {
     decided: bool,
 }
 
-/// Renews one tick's groups, at most [`GROUPS_IN_FLIGHT`] undecided at once.
-async fn renew_tick(lock: Arc<LockShared>, groups: Vec<Group>) {
-    let permits = Arc::new(Semaphore::new(GROUPS_IN_FLIGHT));
-    for group in groups {
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            return;
-        };
-        let span = tracing::debug_span!("renew", locks = group.leases.len());
-        tokio::spawn(renew_group(Arc::clone(&lock), group, permit).instrument(span));
-    }
+/// A group's renewal round: every lease's votes, decided one by one.
+struct GroupRound {
+    core: Arc<Core>,
+    leases: Vec<(Arc<Lease>, Duration)>,
+    votes: Vec<LeaseVotes>,
+    errors: Vec<Option<NodeError>>,
+    undecided: usize,
+    start: Stamp,
 }
 
 /// Renews every lease of a group on every node (one renew call per node),
@@ -396,82 +407,41 @@ async fn renew_tick(lock: Arc<LockShared>, groups: Vec<Group>) {
 /// of reach. The permit is given back once every lease is decided; the
 /// round keeps listening until the node timeout for late replies, which
 /// tell the guards which nodes they hold.
-async fn renew_group(lock: Arc<LockShared>, group: Group, permit: OwnedSemaphorePermit) {
+async fn renew_group(schedule: Arc<Schedule>, group: Group, permit: OwnedSemaphorePermit) {
     let Group {
-        round, mut leases, ..
+        flight, mut leases, ..
     } = group;
     // A lease released while this group waited for its turn is not renewed:
     // its release may already be on the wire (it waits for this round only
     // up to a bound), and a renewal sent after it would re-create the key.
     leases.retain(|(lease, _)| {
-        let ended = lease.state().ended.is_some();
+        let ended = lease.has_ended();
         if ended {
-            lease.unclaim(&round);
+            lease.unclaim(&flight);
         }
         !ended
     });
-    if leases.is_empty() {
-        round.done.cancel();
+    let Some(core) = leases.first().map(|(lease, _)| Arc::clone(&lease.core)) else {
+        flight.done.cancel();
         return;
-    }
-    let mut permit = Some(permit);
-    let mut undecided = leases.len();
-    let n = lock.nodes.len();
-    let config = &lock.config;
+    };
     let items: Arc<[RenewItem]> = leases
         .iter()
         .map(|(lease, ttl)| RenewItem {
-            hold: lease.hold.clone(),
+            entry: lease.entry.clone(),
             ttl_ms: ttl_millis(*ttl),
         })
         .collect();
-    lock.counters
-        .renewals
-        .fetch_add(leases.len() as u64, Relaxed);
-    let mut rounds: Vec<LeaseVotes> = leases
-        .iter()
-        .map(|_| LeaseVotes {
-            tally: Tally::new(n, config.required_nodes()),
-            votes: vec![None; n],
-            healed: 0,
-            decided: false,
-        })
-        .collect();
-    let mut errors: Vec<Option<NodeError>> = vec![None; n];
-    let start = Stamp::now();
+    let mut round = GroupRound::new(core, leases);
+    let mut permit = Some(permit);
+    let n = round.core.nodes.len();
+    let nodes = round.core.nodes.clone();
     let (end, unfinished) = fan_out(
         n,
-        Instant::now() + config.node_timeout,
-        |i| lock.nodes[i].renew(Arc::clone(&items)),
+        Instant::now() + round.core.config.node_timeout,
+        |i| nodes[i].renew(Arc::clone(&items)),
         |i, reply| {
-            let replies = match reply {
-                Ok(replies) => Some(replies),
-                Err(e) => {
-                    errors[i] = Some(e);
-                    None
-                }
-            };
-            for (j, lease_votes) in rounds.iter_mut().enumerate() {
-                let vote = match replies.as_ref().and_then(|r| r.get(j)) {
-                    Some(RenewReply::Renewed) => Vote::Won,
-                    Some(RenewReply::Healed) => {
-                        lease_votes.healed += 1;
-                        bump(&lock.counters.healed);
-                        Vote::Won
-                    }
-                    Some(RenewReply::NotOurs) => Vote::Contended,
-                    None => Vote::Failed,
-                };
-                lease_votes.tally.record(vote);
-                lease_votes.votes[i] = Some(vote);
-                if !lease_votes.decided && lease_votes.tally.decision() != Decision::Pending {
-                    lease_votes.decided = true;
-                    undecided -= 1;
-                    let (lease, ttl) = &leases[j];
-                    conclude(&lock, lease, *ttl, start, lease_votes, &errors, false);
-                }
-            }
-            if undecided == 0 {
+            if round.record(i, reply) {
                 // The next group may start; this one listens on.
                 permit.take();
             }
@@ -483,111 +453,176 @@ async fn renew_group(lock: Arc<LockShared>, group: Group, permit: OwnedSemaphore
     // skipped, so the release that waits for `done` is queued behind
     // everything of it that can still run.
     drop(unfinished);
-    if end == End::DeadlinePassed {
-        for (i, node) in lock.nodes.iter().enumerate() {
-            if rounds.iter().all(|r| r.votes[i].is_none()) {
-                bump(&node.counters.timeouts);
-            }
-        }
-    }
-    for ((lease, ttl), lease_votes) in leases.iter().zip(&rounds) {
-        if !lease_votes.decided {
-            conclude(&lock, lease, *ttl, start, lease_votes, &errors, true);
-        } else {
-            // Replies after the decision: the guard's view of its nodes
-            // (and this renewal's counts) include them.
-            let mut state = lease.state();
-            if state.ended.is_none() && lease_votes.tally.decision() == Decision::Won {
-                state.holds = holds(&lease_votes.votes);
-                if let Some(renewal) = state.last_renewal.as_mut().filter(|r| r.started == start) {
-                    renewal.held = lease_votes.tally.won();
-                    renewal.healed = lease_votes.healed;
-                }
-            }
-        }
-        lease.unclaim(&round);
-    }
-    round.done.cancel();
-    for (lease, _) in &leases {
-        watch(lease);
+    round.finish(end, &flight);
+    flight.done.cancel();
+    for (lease, _) in &round.leases {
+        schedule.watch(lease);
     }
 }
 
-/// Applies one lease's renewal verdict.
-fn conclude(
-    lock: &LockShared,
-    lease: &Lease,
-    ttl: Duration,
-    start: Stamp,
-    votes: &LeaseVotes,
-    errors: &[Option<NodeError>],
-    at_end: bool,
-) {
-    let config = &lock.config;
-    let now = Stamp::now();
-    let mut state = lease.state();
-    if state.ended.is_some() {
-        return;
+impl GroupRound {
+    fn new(core: Arc<Core>, leases: Vec<(Arc<Lease>, Duration)>) -> GroupRound {
+        let n = core.nodes.len();
+        let required = core.required();
+        core.counters
+            .renewals
+            .fetch_add(leases.len() as u64, Relaxed);
+        GroupRound {
+            votes: leases
+                .iter()
+                .map(|_| LeaseVotes {
+                    tally: Tally::new(n, required),
+                    votes: vec![None; n],
+                    healed: 0,
+                    decided: false,
+                })
+                .collect(),
+            undecided: leases.len(),
+            errors: vec![None; n],
+            start: Stamp::now(),
+            core,
+            leases,
+        }
     }
-    let old_loss = lease.loss_time(state.deadline, state.ttl);
-    if now >= old_loss {
-        drop(state);
-        lease.expire_if_due();
-        return;
-    }
-    let new_deadline = start.after(quorum::lease(ttl, config.drift_factor));
-    if votes.tally.decision() == Decision::Won && now < lease.loss_time(new_deadline, ttl) {
-        // Another TTL set meanwhile (an extend): the nodes may carry either.
-        state.deadline = if state.ttl == ttl {
-            new_deadline
-        } else {
-            state.deadline.min(new_deadline)
+
+    /// Counts node `i`'s reply for every lease, applying each lease's
+    /// verdict as soon as it is decided. `true` once every lease is.
+    fn record(&mut self, i: usize, reply: Result<Vec<RenewReply>, NodeError>) -> bool {
+        let replies = match reply {
+            Ok(replies) => Some(replies),
+            Err(e) => {
+                self.errors[i] = Some(e);
+                None
+            }
         };
-        state.holds = holds(&votes.votes);
-        state.failures = 0;
-        state.last_renewal = Some(Renewal {
-            started: start,
-            took: now.saturating_since(start),
-            held: votes.tally.won(),
-            healed: votes.healed,
-        });
-        state.next_renewal = lease.next_renewal_after(start, state.ttl);
-        state.max_hold_reached |= state.next_renewal.is_none();
-        drop(state);
-        bump(&lock.counters.renewed);
-        tracing::debug!(key = %lease.name, won = votes.tally.won(), healed = votes.healed, "renewed");
-        return;
+        for (j, lease_votes) in self.votes.iter_mut().enumerate() {
+            let vote = match replies.as_ref().and_then(|r| r.get(j)) {
+                Some(RenewReply::Renewed) => Vote::Won,
+                Some(RenewReply::Healed) => {
+                    lease_votes.healed += 1;
+                    bump(&self.core.counters.healed);
+                    Vote::Won
+                }
+                Some(RenewReply::NotOurs) => Vote::Contended,
+                None => Vote::Failed,
+            };
+            lease_votes.tally.record(vote);
+            lease_votes.votes[i] = Some(vote);
+            if !lease_votes.decided && lease_votes.tally.decision() != Decision::Pending {
+                lease_votes.decided = true;
+                self.undecided -= 1;
+                let (lease, ttl) = &self.leases[j];
+                let verdict = Verdict {
+                    start: self.start,
+                    ttl: *ttl,
+                    votes: lease_votes,
+                    errors: &self.errors,
+                    at_end: false,
+                };
+                verdict.apply(&self.core, lease);
+            }
+        }
+        self.undecided == 0
     }
-    bump(&lock.counters.renew_failed);
-    let reports = lock.vote_reports(&votes.votes, errors, at_end);
-    state.holds = holds(&votes.votes);
-    if votes.tally.contention_rules_out_quorum() {
-        lease.end(state, LostReason::KeysGone(reports));
-        return;
+
+    /// After the fan-out ended: counts the nodes that never answered,
+    /// decides the leases still undecided, records late replies of the
+    /// others, and gives every lease's in-flight slot back.
+    fn finish(&self, end: End, flight: &Flight) {
+        if end == End::DeadlinePassed {
+            for (i, node) in self.core.nodes.iter().enumerate() {
+                if self.votes.iter().all(|r| r.votes[i].is_none()) {
+                    bump(&node.counters.timeouts);
+                }
+            }
+        }
+        for ((lease, ttl), lease_votes) in self.leases.iter().zip(&self.votes) {
+            if !lease_votes.decided {
+                let verdict = Verdict {
+                    start: self.start,
+                    ttl: *ttl,
+                    votes: lease_votes,
+                    errors: &self.errors,
+                    at_end: true,
+                };
+                verdict.apply(&self.core, lease);
+            } else if lease_votes.tally.decision() == Decision::Won {
+                lease.record_late_replies(
+                    self.start,
+                    Hold::from_votes(&lease_votes.votes),
+                    lease_votes.tally.won(),
+                    lease_votes.healed,
+                );
+            }
+            lease.unclaim(flight);
+        }
     }
-    tracing::debug!(key = %lease.name, won = votes.tally.won(), nodes = %reports, "renewal missed the quorum; retrying");
-    state.failures = state.failures.saturating_add(1);
-    state.last_failure = Some(reports);
-    let retry_at = now.after(config.retry.delay(state.failures, rand::random::<f64>()));
-    let within_hold = config
-        .max_hold
-        .is_none_or(|max| retry_at <= lease.acquired.after(max));
-    state.max_hold_reached |= !within_hold;
-    state.next_renewal = (retry_at < old_loss && within_hold).then_some(retry_at);
+}
+
+/// One lease's renewal verdict, to apply to it.
+struct Verdict<'a> {
+    start: Stamp,
+    ttl: Duration,
+    votes: &'a LeaseVotes,
+    errors: &'a [Option<NodeError>],
+    /// The round ended (deadline or all answered) before a decision.
+    at_end: bool,
+}
+
+impl Verdict<'_> {
+    /// A win moves the deadline (the lease's deadline rule decides); a miss
+    /// schedules a retry, or ends the lease when other owners hold too
+    /// many nodes.
+    fn apply(&self, core: &Core, lease: &Lease) {
+        let tally = &self.votes.tally;
+        let holds = Hold::from_votes(&self.votes.votes);
+        if tally.decision() == Decision::Won {
+            let win = Win {
+                start: self.start,
+                ttl: self.ttl,
+                holds: holds.clone(),
+                renewal: Some((tally.won(), self.votes.healed)),
+            };
+            match lease.record_win(win) {
+                Recorded::Moved => {
+                    bump(&core.counters.renewed);
+                    tracing::debug!(key = %lease.name, won = tally.won(), healed = self.votes.healed, "renewed");
+                    return;
+                }
+                Recorded::Ended => return,
+                Recorded::TooLate => {}
+            }
+        }
+        lease.expire_if_due();
+        if lease.has_ended() {
+            return;
+        }
+        bump(&core.counters.renew_failed);
+        let reports = core.vote_reports(&self.votes.votes, self.errors, self.at_end);
+        let keys_gone = tally.contention_rules_out_quorum().then(|| reports.clone());
+        let gone = keys_gone.is_some();
+        if !lease.record_miss(self.start, self.ttl, Some(holds), keys_gone) || gone {
+            return;
+        }
+        tracing::debug!(key = %lease.name, won = tally.won(), nodes = %reports, "renewal missed the quorum; retrying");
+        lease.schedule_retry(reports);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::LockConfig;
-    use crate::guard::Hold;
-    use crate::lock::MultiLock;
+    use crate::error::{LostReason, NodeReports};
+    use crate::keys::{Entry, KeySet};
+    use crate::lease::Grant;
+    use crate::quorum;
 
-    /// A lock service that never connects (no runtime): enough for the
-    /// schedule, which does no I/O.
-    fn lock(
+    /// A lock core that never connects: enough for the schedule, which
+    /// does no I/O.
+    fn core(
         configure: impl FnOnce(crate::LockConfigBuilder) -> crate::LockConfigBuilder,
-    ) -> Arc<LockShared> {
+    ) -> Arc<Core> {
         let config = configure(
             LockConfig::builder()
                 .nodes([
@@ -599,34 +634,34 @@ mod tests {
         )
         .build()
         .expect("valid");
-        Arc::clone(MultiLock::new(config).shared())
+        Arc::new(Core::new(config))
     }
 
-    fn lease(lock: &Arc<LockShared>, start: Stamp) -> Arc<Lease> {
-        let deadline = start.after(quorum::lease(lock.config.ttl, lock.config.drift_factor));
-        let keys = crate::keys::KeySet::new(&["k"]).expect("valid name");
+    fn lease(core: &Arc<Core>, start: Stamp) -> Arc<Lease> {
+        let keys = KeySet::new(&["k"]).expect("valid name");
         Arc::new(Lease::new(
-            Arc::clone(lock),
-            crate::keys::HoldId::new(keys, Arc::from("t")),
-            start,
-            deadline,
-            vec![Hold::Held; 3],
-            true,
-            Arc::default(),
-            Box::new([]),
+            Arc::clone(core),
+            Grant {
+                entry: Entry::new(keys, Arc::from("t")),
+                start,
+                holds: vec![Hold::Held; 3],
+                watched: true,
+                fence: Arc::default(),
+                fence_reads: Box::new([]),
+            },
         ))
     }
 
     #[test]
     fn the_heap_pops_the_earliest_first() {
-        let lock = lock(|b| b);
+        let core = core(|b| b);
         let now = Stamp::now();
         let mut heap = BinaryHeap::new();
         for (seq, secs) in [(1, 3), (2, 1), (3, 2), (4, 1)] {
             heap.push(Due {
                 at: now.after(Duration::from_secs(secs)),
                 seq,
-                lease: lease(&lock, now),
+                lease: lease(&core, now),
             });
         }
         let order: Vec<u64> = std::iter::from_fn(|| heap.pop().map(|d| d.seq)).collect();
@@ -635,18 +670,17 @@ mod tests {
 
     #[test]
     fn renewal_and_loss_times_follow_the_settings() {
-        let lock = lock(|b| b);
+        let core = core(|b| b);
         let start = Stamp::now();
-        let lease = lease(&lock, start);
-        let state = lease.state();
+        let lease = lease(&core, start);
         // Renew a third of the TTL after the start; lost a tenth of the TTL
         // before the deadline (9 s − 92 ms drift − 0.9 s).
         assert_eq!(
-            state.next_renewal,
+            lease.next_renewal(),
             Some(start.after(Duration::from_secs(3)))
         );
         assert_eq!(
-            lease.loss_time(state.deadline, state.ttl),
+            lease.loss_time(lease.deadline(), core.config.ttl),
             start.after(Duration::from_millis(8_008))
         );
         // Extended to twice the TTL: interval and margin scale with it.
@@ -665,95 +699,119 @@ mod tests {
 
     #[test]
     fn max_hold_stops_the_renewals_it_would_pass() {
-        let lock = lock(|b| b.max_hold(Duration::from_secs(4)));
+        let core = core(|b| b.max_hold(Duration::from_secs(4)));
         let start = Stamp::now();
-        let lease = lease(&lock, start);
-        assert!(lease.state().next_renewal.is_some(), "3 s is within 4 s");
+        let lease = lease(&core, start);
+        assert!(lease.next_renewal().is_some(), "3 s is within 4 s");
         assert_eq!(
-            lease.next_renewal_after(start.after(Duration::from_secs(3)), lock.config.ttl),
+            lease.next_renewal_after(start.after(Duration::from_secs(3)), core.config.ttl),
             None
         );
-        let lock = self::lock(|b| b.max_hold(Duration::from_secs(2)));
-        let lease = self::lease(&lock, start);
-        let state = lease.state();
-        assert_eq!(state.next_renewal, None);
-        assert!(state.max_hold_reached);
+        let core = self::core(|b| b.max_hold(Duration::from_secs(2)));
+        let lease = self::lease(&core, start);
+        assert_eq!(lease.next_renewal(), None);
+        assert!(lease.max_hold_reached());
     }
 
     #[test]
     fn claims_take_due_renewals_once_and_never_pull_a_retry_forward() {
-        let lock = lock(|b| b);
+        let core = core(|b| b);
         let now = Stamp::now();
         let horizon = now.after(Duration::from_millis(300));
-        let lease = lease(&lock, now);
-        let round = Round::new();
+        let lease = lease(&core, now);
+        let flight = Flight::new();
 
         // Due within the window: pulled forward and claimed.
-        lease.state().next_renewal = Some(now.after(Duration::from_millis(200)));
+        lease.set_schedule(Some(now.after(Duration::from_millis(200))), 0);
         assert!(
-            matches!(claim_for_renewal(&lease, now, horizon, &round), Claim::Renew(ttl) if ttl == lock.config.ttl)
+            matches!(lease.claim_renewal(now, horizon, &flight), RenewalClaim::Renew(ttl) if ttl == core.config.ttl)
         );
         // In flight now: a duplicate entry is dropped.
         assert!(matches!(
-            claim_for_renewal(&lease, now, horizon, &round),
-            Claim::Drop
+            lease.claim_renewal(now, horizon, &flight),
+            RenewalClaim::Drop
         ));
-        lease.unclaim(&round);
+        lease.unclaim(&flight);
 
         // A retry keeps its backoff: put back, not claimed early.
         let retry_at = now.after(Duration::from_millis(50));
-        {
-            let mut state = lease.state();
-            state.failures = 1;
-            state.next_renewal = Some(retry_at);
-        }
+        lease.set_schedule(Some(retry_at), 1);
         assert!(
-            matches!(claim_for_renewal(&lease, now, horizon, &round), Claim::Later(at) if at == retry_at)
+            matches!(lease.claim_renewal(now, horizon, &flight), RenewalClaim::Later(at) if at == retry_at)
         );
         assert!(matches!(
-            claim_for_renewal(&lease, retry_at, horizon, &round),
-            Claim::Renew(_)
+            lease.claim_renewal(retry_at, horizon, &flight),
+            RenewalClaim::Renew(_)
         ));
-        lease.unclaim(&round);
+        lease.unclaim(&flight);
 
         // Moved past the window (renewed meanwhile): a later entry exists.
-        {
-            let mut state = lease.state();
-            state.failures = 0;
-            state.next_renewal = Some(now.after(Duration::from_secs(3)));
-        }
+        lease.set_schedule(Some(now.after(Duration::from_secs(3))), 0);
         assert!(matches!(
-            claim_for_renewal(&lease, now, horizon, &round),
-            Claim::Drop
+            lease.claim_renewal(now, horizon, &flight),
+            RenewalClaim::Drop
         ));
 
         // Ended: dropped for good.
-        lease.state().next_renewal = Some(now);
-        lease.end(lease.state(), LostReason::Released);
+        lease.set_schedule(Some(now), 0);
+        lease.end(LostReason::Released);
         assert!(matches!(
-            claim_for_renewal(&lease, now, horizon, &round),
-            Claim::Drop
+            lease.claim_renewal(now, horizon, &flight),
+            RenewalClaim::Drop
         ));
         assert!(!lease.is_held());
     }
 
     #[test]
     fn a_lease_past_its_loss_time_ends_with_the_last_failure() {
-        let lock = lock(|b| b);
+        let core = core(|b| b);
         // Started long enough ago that the loss time has passed.
         let start = Stamp::now().before(Duration::from_millis(8_500));
-        let lease = lease(&lock, start);
+        let lease = lease(&core, start);
         assert!(lease.is_held(), "before the deadline itself");
-        let reports = crate::error::NodeReports(Vec::new());
-        lease.state().last_failure = Some(reports.clone());
+        let reports = NodeReports::default();
+        lease.set_last_failure(reports.clone());
         lease.expire_if_due();
-        let state = lease.state();
-        let notice = state.ended.clone().expect("ended");
+        let notice = lease.ended_notice().expect("ended");
         assert_eq!(notice.reason, LostReason::RenewalsFailed(reports));
         assert!(notice.at < notice.deadline, "signalled before the deadline");
-        assert!(state.deadline <= notice.at);
-        drop(state);
+        assert!(lease.deadline() <= notice.at);
         assert!(!lease.is_held());
-        assert_eq!(lock.counters.lost.load(Relaxed), 1);
+        assert_eq!(core.counters.lost.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn the_deadline_moves_only_before_the_loss_time_and_never_back_to_held() {
+        let core = core(|b| b);
+        let ttl = core.config.ttl;
+        let lease_of = |start: Stamp| lease(&core, start);
+        let win = |start: Stamp| Win {
+            start,
+            ttl,
+            holds: vec![Hold::Held; 3],
+            renewal: None,
+        };
+        let now = Stamp::now();
+        // A fresh win moves the deadline to its own start + ttl − drift.
+        let fresh = lease_of(now.before(Duration::from_secs(2)));
+        assert_eq!(fresh.record_win(win(now)), Recorded::Moved);
+        assert_eq!(
+            fresh.deadline(),
+            now.after(quorum::lease(ttl, core.config.drift_factor))
+        );
+        // A win whose own loss time has passed changes nothing.
+        let old_win = now.before(Duration::from_millis(8_500));
+        let before = fresh.deadline();
+        assert_eq!(fresh.record_win(win(old_win)), Recorded::TooLate);
+        assert_eq!(fresh.deadline(), before);
+        // Past the lease's loss time: it ends, and stays ended.
+        let late = lease_of(now.before(Duration::from_millis(8_500)));
+        assert_eq!(late.record_win(win(now)), Recorded::Ended);
+        assert!(!late.is_held());
+        assert_eq!(late.record_win(win(Stamp::now())), Recorded::Ended);
+        // A miss moves it earlier only.
+        let missed = lease_of(now);
+        assert!(missed.record_miss(now.before(Duration::from_secs(1)), ttl, None, None));
+        assert!(missed.deadline() < now.after(quorum::lease(ttl, core.config.drift_factor)));
     }
 }

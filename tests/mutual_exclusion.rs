@@ -28,7 +28,7 @@ async fn two_clients_never_hold_one_key_at_once() {
                 free_in > Duration::from_secs(25) && free_in <= Duration::from_secs(30),
                 "{free_in:?}"
             );
-            assert_eq!(nodes.0.len(), 5);
+            assert_eq!(nodes.len(), 5);
         }
         other => panic!("b must be refused while a holds the lock, got {other:?}"),
     }

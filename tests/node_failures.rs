@@ -165,7 +165,10 @@ async fn paused_node_does_not_hold_up_acquire() {
     });
     match other.try_acquire("paused").await {
         Err(Error::Contended { nodes, .. }) | Err(Error::QuorumNotReached { nodes, .. }) => {
-            assert_eq!(nodes.0[0].outcome, NodeOutcome::NoReplyBeforeDecision);
+            assert_eq!(
+                nodes.as_slice()[0].outcome,
+                NodeOutcome::NoReplyBeforeDecision
+            );
         }
         other => panic!("expected a refusal, got {other:?}"),
     }

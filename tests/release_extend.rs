@@ -112,7 +112,7 @@ async fn extend_when_keys_are_gone_reports_lost_at_once() {
         Err(Error::Lost {
             reason: LostReason::KeysGone(nodes),
             ..
-        }) => assert_eq!(nodes.0.len(), 3),
+        }) => assert_eq!(nodes.len(), 3),
         other => panic!("expected Lost(KeysGone), got {other:?}"),
     }
     assert!(

@@ -42,7 +42,7 @@ async fn failed_attempt_leaves_no_key_even_on_a_node_paused_during_it() {
 
     match contender.try_acquire("invoice").await {
         Err(Error::Contended { nodes, .. }) => {
-            let outcomes: Vec<&NodeOutcome> = nodes.0.iter().map(|r| &r.outcome).collect();
+            let outcomes: Vec<&NodeOutcome> = nodes.iter().map(|r| &r.outcome).collect();
             assert!(
                 outcomes[..3]
                     .iter()

@@ -79,7 +79,7 @@ async fn a_key_of_the_wrong_type_is_a_typed_error() {
                 .errors()
                 .filter(|e| e.kind() == NodeErrorKind::WrongType);
             assert!(wrong_type.count() >= 2, "{nodes}");
-            let others_undecided = nodes.0.iter().all(|r| match &r.outcome {
+            let others_undecided = nodes.iter().all(|r| match &r.outcome {
                 NodeOutcome::Failed(e) => e.kind() == NodeErrorKind::WrongType,
                 other => *other == NodeOutcome::NoReplyBeforeDecision,
             });

@@ -1,0 +1,334 @@
+//! One acquire attempt, from the request to the guard or the error:
+//!
+//! 1. Stamp the start, then send the acquire script to every node at once,
+//!    each call bounded by the node timeout ([`crate::fanout`]).
+//! 2. Tally the replies as they arrive and decide as soon as the quorum is
+//!    won or out of reach ([`crate::quorum`]).
+//! 3. Won with more than the minimum validity: a lease and its guard
+//!    ([`crate::lease`], [`crate::guard`]). Otherwise: roll back on every
+//!    node the attempt may have written to ([`crate::release`]) and say why.
+//!
+//! A waiter that a release handed the name to ([`crate::wake`]) decides its
+//! attempt the same way, on the answers the releaser forwards.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OnceCell, mpsc};
+use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::error::{Error, NodeError, NodeOutcome};
+use crate::fanout::{End, QuorumRound, quorum_round};
+use crate::guard::{HeldLock, LockGuard, Services};
+use crate::keys::{Entry, KeySet};
+use crate::lease::{Grant, Hold, Lease};
+use crate::node::AcquireReply;
+use crate::owner::Owner;
+use crate::quorum::{self, Decision};
+use crate::release;
+use crate::stats::bump;
+use crate::wake::HandoffEvent;
+
+/// What to acquire: the names, and as whom.
+pub(crate) struct Request {
+    pub(crate) keys: Arc<KeySet>,
+    /// The owner token; `None`: a fresh owner for every attempt.
+    pub(crate) owner: Option<Arc<str>>,
+    /// The fencing token cell to share (a re-entry through a hold).
+    pub(crate) fence: Option<Arc<OnceCell<u64>>>,
+    /// Whether the watchdog renews the guard.
+    pub(crate) watched: bool,
+}
+
+impl Request {
+    pub(crate) fn new<S: AsRef<str>>(
+        keys: &[S],
+        owner: Option<Arc<str>>,
+        watched: bool,
+    ) -> Result<Request, Error> {
+        Ok(Request {
+            keys: KeySet::new(keys)?,
+            owner,
+            fence: None,
+            watched,
+        })
+    }
+
+    /// The entry one attempt tries to take: the owner's token (a fresh one
+    /// for an anonymous request) and a fresh entry id, so that a late
+    /// rollback of one attempt can never remove another attempt's hold.
+    pub(crate) fn entry(&self) -> Entry {
+        let token = match &self.owner {
+            Some(token) => Arc::clone(token),
+            None => Arc::clone(Owner::new().shared_token()),
+        };
+        Entry::new(Arc::clone(&self.keys), token)
+    }
+}
+
+impl Services {
+    /// One acquire attempt: fan out, decide, then a guard or a rollback,
+    /// in an `acquire` span that records the outcome.
+    pub(crate) async fn attempt(self: &Arc<Self>, request: &Request) -> Result<LockGuard, Error> {
+        let span = tracing::debug_span!(
+            "acquire",
+            key = %request.keys,
+            nodes = self.core.nodes.len(),
+            won = Empty,
+            elapsed_us = Empty,
+            validity_ms = Empty,
+        );
+        self.attempt_in_span(request).instrument(span).await
+    }
+
+    async fn attempt_in_span(self: &Arc<Self>, request: &Request) -> Result<LockGuard, Error> {
+        let core = &self.core;
+        let entry = request.entry();
+        let ttl_ms = core.ttl_ms();
+        bump(&core.counters.attempts);
+        let mut round = quorum_round(
+            core.nodes.len(),
+            core.required(),
+            core.config.node_timeout,
+            |i| core.nodes[i].acquire(entry.clone(), ttl_ms),
+            AcquireReply::vote,
+        )
+        .await;
+        self.decide(request, entry, &mut round, false).await
+    }
+
+    /// The waiter's side of a handoff: tallies the answers a releasing
+    /// guard forwards (its round started at the `Started` stamp, taken
+    /// before the first request left) and decides like an attempt.
+    pub(crate) async fn handed_over(
+        self: &Arc<Self>,
+        request: &Request,
+        entry: Entry,
+        first: Option<HandoffEvent>,
+        mut rest: mpsc::UnboundedReceiver<HandoffEvent>,
+    ) -> Result<LockGuard, Error> {
+        let core = &self.core;
+        let config = &core.config;
+        bump(&core.counters.attempts);
+        // The releaser ends its round within the node timeout and says so;
+        // the bound only guards against a stalled runtime.
+        let give_up = Instant::now()
+            + config
+                .node_timeout
+                .saturating_mul(2)
+                .saturating_add(config.connect_timeout);
+        let mut next = first;
+        let mut receive = async || match next.take() {
+            Some(event) => Some(event),
+            None => tokio::time::timeout_at(give_up, rest.recv())
+                .await
+                .ok()
+                .flatten(),
+        };
+        // The releaser sends its start stamp before anything else.
+        let Some(HandoffEvent::Started(start)) = receive().await else {
+            return Err(self.handoff_without_start(entry).await);
+        };
+        let mut round = QuorumRound::new(core.nodes.len(), core.required(), start);
+        let end = loop {
+            match receive().await {
+                Some(HandoffEvent::Reply(i, reply)) => {
+                    if round.record(i, reply, AcquireReply::vote) {
+                        break End::Decided;
+                    }
+                }
+                Some(HandoffEvent::Ended(end)) => break end,
+                Some(HandoffEvent::Started(_)) => {}
+                None => break End::DeadlinePassed,
+            }
+        };
+        round.finish(end);
+        // Keep listening, so that the releaser never mistakes a decided
+        // waiter for one that went away (and rolls its hold back).
+        tokio::spawn(async move { while rest.recv().await.is_some() {} });
+        bump(&core.counters.handed_over);
+        self.decide(request, entry, &mut round, true).await
+    }
+
+    /// A handoff whose start never came (cannot happen): without a start no
+    /// validity can be computed, so give back whatever may have been taken,
+    /// never guess.
+    async fn handoff_without_start(&self, entry: Entry) -> Error {
+        let core = &self.core;
+        let mut nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
+            (0..core.nodes.len()).map(|_| None).collect();
+        release::rollback(core, &entry, &nothing, true).await;
+        Error::QuorumNotReached {
+            key: entry.keys.to_string(),
+            required: core.required(),
+            won: 0,
+            nodes: core.reports(&mut nothing, End::DeadlinePassed),
+        }
+    }
+
+    /// Turns a decided acquire round into a guard, or rolls it back and
+    /// says why not. `handoff`: the round came from a release's handoff;
+    /// the name may be free after a rollback, so the rollback announces it.
+    async fn decide(
+        self: &Arc<Self>,
+        request: &Request,
+        entry: Entry,
+        round: &mut QuorumRound<AcquireReply>,
+        handoff: bool,
+    ) -> Result<LockGuard, Error> {
+        let config = &self.core.config;
+        let (validity, _) = round.validity(config.ttl, config.drift_factor);
+        let span = tracing::Span::current();
+        span.record("won", round.tally.won());
+        span.record("elapsed_us", round.elapsed.as_micros() as u64);
+        span.record("validity_ms", validity.as_millis() as u64);
+
+        if round.won_with(config.ttl, config.drift_factor, config.min_validity) {
+            tracing::debug!(won = round.tally.won(), ?validity, "acquired");
+            bump(&self.core.counters.acquired);
+            return Ok(self.guard(request, entry, round));
+        }
+        // Lost (or won too late): undo whatever the attempt may have written.
+        release::rollback(&self.core, &entry, &round.replies, handoff).await;
+        Err(self.refusal(&entry, round, validity))
+    }
+
+    /// The guard of a won round; its lease keeps the fencing counters the
+    /// acquire script read.
+    fn guard(
+        self: &Arc<Self>,
+        request: &Request,
+        entry: Entry,
+        round: &mut QuorumRound<AcquireReply>,
+    ) -> LockGuard {
+        let fence_reads = round
+            .replies
+            .iter_mut()
+            .map(|reply| match reply.take() {
+                Some(Ok(AcquireReply::Won { fences })) => Some(fences),
+                _ => None,
+            })
+            .collect();
+        let grant = Grant {
+            entry,
+            start: round.start,
+            holds: Hold::from_votes(&round.votes),
+            watched: request.watched,
+            fence: request.fence.clone().unwrap_or_default(),
+            fence_reads,
+        };
+        let lease = Lease::new(Arc::clone(&self.core), grant);
+        LockGuard::new(lease, Arc::clone(self))
+    }
+
+    /// Why a rolled-back round did not give a guard: too late, contended
+    /// (with how long the holder still has), or too few nodes.
+    fn refusal(
+        &self,
+        entry: &Entry,
+        round: &mut QuorumRound<AcquireReply>,
+        validity: Duration,
+    ) -> Error {
+        let core = &self.core;
+        let tally = round.tally;
+        let key = entry.keys.to_string();
+        if tally.decision() == Decision::Won {
+            bump(&core.counters.validity_used_up);
+            return Error::ValidityUsedUp {
+                key,
+                elapsed: round.elapsed,
+                validity,
+                min_validity: core.config.min_validity,
+            };
+        }
+        let nodes = core.reports(&mut round.replies, round.end);
+        if tally.lost_to_contention() {
+            let mut pttls: Vec<Option<Duration>> = nodes
+                .iter()
+                .filter_map(|r| match r.outcome {
+                    NodeOutcome::HeldByOther { pttl } => Some(pttl),
+                    _ => None,
+                })
+                .collect();
+            let live = core.nodes.len() - tally.failed();
+            let free_in = quorum::free_in(live, tally.required(), &mut pttls);
+            tracing::debug!(contended = tally.contended(), ?free_in, "contended");
+            bump(&core.counters.contended);
+            return Error::Contended {
+                key,
+                free_in,
+                nodes,
+            };
+        }
+        tracing::debug!(
+            won = tally.won(),
+            required = tally.required(),
+            "quorum not reached"
+        );
+        bump(&core.counters.quorum_not_reached);
+        Error::QuorumNotReached {
+            key,
+            required: tally.required(),
+            won: tally.won(),
+            nodes,
+        }
+    }
+}
+
+impl HeldLock {
+    /// Takes this lock again as the same holder (re-entry), for nested code
+    /// that needs the lock its caller already holds. One attempt: the owner
+    /// holds the lock, so only node failures can refuse it.
+    ///
+    /// The new guard is a hold of its own: it has its own validity and its
+    /// own release, and the key stays on the nodes until every hold of the
+    /// owner is released (or expires). Releasing the inner guard never ends
+    /// the outer hold; another owner still cannot release either. The
+    /// watchdog setting and the [fencing token](Self::fencing_token) carry
+    /// over from this hold.
+    ///
+    /// Fails with [`Error::Lost`] when this hold is no longer held: a lost
+    /// lock is not re-entered (a plain acquire would be a new holder).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use quorumlock::{HeldLock, LockConfig, MultiLock};
+    ///
+    /// async fn post_entry(held: &HeldLock) -> Result<(), quorumlock::Error> {
+    ///     // Nested code that needs the ledger lock takes it again.
+    ///     let inner = held.reenter().await?;
+    ///     // ... write under the lock ...
+    ///     inner.release().await;
+    ///     Ok(())
+    /// }
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let outer = lock.try_acquire("ledger").await?;
+    /// post_entry(&outer).await?;
+    /// assert!(outer.is_held(), "the inner release left the outer hold");
+    /// assert!(outer.release().await.kept == 0, "the last hold deletes the key");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`MultiLock::try_acquire`](crate::MultiLock::try_acquire):
+    /// dropping the future leaks at most an entry that expires by its TTL
+    /// (the outer hold keeps the key meanwhile anyway).
+    pub async fn reenter(&self) -> Result<LockGuard, Error> {
+        let lease = &self.lease;
+        lease.ensure_held()?;
+        let request = Request {
+            keys: Arc::clone(&lease.entry.keys),
+            owner: Some(Arc::clone(&lease.entry.token)),
+            fence: Some(Arc::clone(&lease.fence)),
+            watched: lease.watched,
+        };
+        self.services.attempt(&request).await
+    }
+}

@@ -1,0 +1,161 @@
+//! The core of a lock service: its settings, its nodes and its counters,
+//! and the per-node reports every round builds from its replies.
+//!
+//! Everything above this layer reaches the nodes through a [`Core`]. A
+//! held lock's lease points at the core (not at the lock service), so a
+//! dropped [`MultiLock`](crate::MultiLock) whose guards are gone closes its
+//! connections at once: nothing below the service refers back up to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::LockConfig;
+use crate::error::{NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
+use crate::fanout::End;
+use crate::node::Node;
+use crate::quorum::Vote;
+use crate::stats::{Counters, LockStats, bump};
+
+/// Settings, nodes and counters: what every round of a lock service uses.
+pub(crate) struct Core {
+    pub(crate) config: LockConfig,
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) counters: Counters,
+}
+
+impl Core {
+    /// The nodes of `config`, not yet connected.
+    pub(crate) fn new(config: LockConfig) -> Core {
+        let nodes = config
+            .nodes
+            .iter()
+            .map(|n| Arc::new(Node::new(n.client.clone(), config.connect_timeout)))
+            .collect();
+        Core {
+            config,
+            nodes,
+            counters: Counters::default(),
+        }
+    }
+
+    /// A snapshot of the lock's and each node's counters.
+    pub(crate) fn stats(&self) -> LockStats {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| n.counters.snapshot(n.name()))
+            .collect();
+        self.counters.snapshot(nodes)
+    }
+
+    /// Nodes a quorum needs.
+    pub(crate) fn required(&self) -> usize {
+        self.config.required_nodes()
+    }
+
+    /// The configured TTL in whole milliseconds, for the scripts.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        ttl_millis(self.config.ttl)
+    }
+
+    /// How long a release or rollback may go on in the background: long
+    /// enough for a reconnect and one call.
+    pub(crate) fn background_bound(&self) -> Duration {
+        self.config
+            .connect_timeout
+            .saturating_add(self.config.node_timeout)
+    }
+
+    /// Per-node outcomes for an error report of an acquire or extend round,
+    /// counting the nodes that timed out.
+    pub(crate) fn reports<T>(
+        &self,
+        replies: &mut [Option<Result<T, NodeError>>],
+        end: End,
+    ) -> NodeReports
+    where
+        T: Into<NodeOutcome>,
+    {
+        let deadline_passed = end == End::DeadlinePassed;
+        if deadline_passed {
+            for (node, _) in self
+                .nodes
+                .iter()
+                .zip(&*replies)
+                .filter(|(_, r)| r.is_none())
+            {
+                bump(&node.counters.timeouts);
+            }
+        }
+        let outcomes = replies
+            .iter_mut()
+            .map(|reply| reply.take().map(|r| r.map(Into::into)));
+        self.outcome_reports(outcomes, deadline_passed)
+    }
+
+    /// Per-node outcomes from each node's reply, in node order (`None`: no
+    /// reply: a timeout if the round's deadline passed, otherwise not
+    /// awaited because the round was decided first). Counts nothing.
+    pub(crate) fn outcome_reports(
+        &self,
+        replies: impl IntoIterator<Item = Option<Result<NodeOutcome, NodeError>>>,
+        deadline_passed: bool,
+    ) -> NodeReports {
+        let reports = self
+            .nodes
+            .iter()
+            .zip(replies)
+            .map(|(node, reply)| NodeReport {
+                node: node.name().to_string(),
+                outcome: match reply {
+                    Some(Ok(outcome)) => outcome,
+                    Some(Err(e)) => NodeOutcome::Failed(e),
+                    None if deadline_passed => NodeOutcome::Failed(self.timeout_detail(node)),
+                    None => NodeOutcome::NoReplyBeforeDecision,
+                },
+            })
+            .collect();
+        NodeReports::new(reports)
+    }
+
+    /// Per-node outcomes of a round decided by votes (a renewal, a fencing
+    /// raise): won, not ours, or the node's error.
+    pub(crate) fn vote_reports(
+        &self,
+        votes: &[Option<Vote>],
+        errors: &[Option<NodeError>],
+        deadline_passed: bool,
+    ) -> NodeReports {
+        let replies = votes.iter().zip(errors).map(|(vote, error)| match vote {
+            Some(Vote::Won) => Some(Ok(NodeOutcome::Won)),
+            Some(Vote::Contended) => Some(Ok(NodeOutcome::NotHeld)),
+            // A failed vote always comes with its node's error.
+            Some(Vote::Failed) => error.clone().map(Err),
+            None => None,
+        });
+        self.outcome_reports(replies, deadline_passed)
+    }
+
+    /// A timeout error for `node`, counted.
+    pub(crate) fn timeout_error(&self, node: &Node) -> NodeError {
+        bump(&node.counters.timeouts);
+        self.timeout_detail(node)
+    }
+
+    /// A timeout error for `node`, without counting it.
+    fn timeout_detail(&self, node: &Node) -> NodeError {
+        NodeError::new(
+            node.name(),
+            NodeErrorKind::Timeout,
+            format!(
+                "no reply within the node timeout of {:?}",
+                self.config.node_timeout
+            ),
+        )
+    }
+}
+
+/// A TTL in whole milliseconds for `PX`/`PEXPIRE` (validated to fit).
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}

@@ -67,6 +67,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{LockConfig, LockStats, MultiLock};
 use quorumlock_testbed::Testbed;
+use quorumlock_testbed::table::{Align, Table};
 use tokio::sync::Notify;
 
 const NODES: usize = 5;
@@ -836,12 +837,9 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<Report, Box<dyn Error>> {
     })
 }
 
-fn row(label: &str, cells: impl Iterator<Item = String>) {
-    print!("  {label:<34}");
-    for cell in cells {
-        print!(" {cell:>15}");
-    }
-    println!();
+/// Adds a row to the results table: a label, then one cell per scenario.
+fn row(table: &mut Table, label: &str, cells: impl Iterator<Item = String>) {
+    table.row(std::iter::once(label.to_string()).chain(cells));
 }
 
 fn print(report: &Report) -> bool {
@@ -870,53 +868,72 @@ fn print(report: &Report) -> bool {
         1.0 / (HOLD + rtt).as_secs_f64()
     );
     println!();
+    let mut table = Table::new(std::iter::once(Align::Left).chain(o.iter().map(|_| Align::Right)))
+        .indent(2)
+        .gap(1)
+        .min_widths(std::iter::once(34).chain(o.iter().map(|_| 15)));
     row(
+        &mut table,
         "wake-ups / lock",
         o.iter().map(|x| x.scenario.name.to_string()),
     );
     row(
+        &mut table,
         "acquisitions in window",
         o.iter().map(|x| x.acquisitions.to_string()),
     );
     row(
+        &mut table,
         "acquisitions/s",
         o.iter().map(|x| format!("{:.1}", x.per_sec())),
     );
-    row("ideal /s", o.iter().map(|x| format!("{:.1}", x.ideal(rtt))));
     row(
+        &mut table,
+        "ideal /s",
+        o.iter().map(|x| format!("{:.1}", x.ideal(rtt))),
+    );
+    row(
+        &mut table,
         "ratio to ideal",
         o.iter().map(|x| format!("{:.3}", x.ratio(rtt))),
     );
     row(
+        &mut table,
         "wait p50 (ms)",
         o.iter()
             .map(|x| format!("{:.2}", ms_us(quantile(&x.waits_us, 0.5)))),
     );
     row(
+        &mut table,
         "wait p99 (ms)",
         o.iter()
             .map(|x| format!("{:.2}", ms_us(quantile(&x.waits_us, 0.99)))),
     );
     row(
+        &mut table,
         "wait max (ms)",
         o.iter()
             .map(|x| format!("{:.2}", ms_us(x.waits_us.last().copied().unwrap_or(0)))),
     );
     row(
+        &mut table,
         "mean hold (ms)",
         o.iter()
             .map(|x| format!("{:.4}", x.mean_hold.as_secs_f64() * 1e3)),
     );
     row(
+        &mut table,
         "max hold (ms)",
         o.iter()
             .map(|x| format!("{:.3}", x.max_hold.as_secs_f64() * 1e3)),
     );
     row(
+        &mut table,
         "handoff mean (µs)",
         o.iter().map(|x| format!("{:.1}", x.mean_handoff_us())),
     );
     row(
+        &mut table,
         "handoff p50 / p99 (µs)",
         o.iter().map(|x| {
             format!(
@@ -927,6 +944,7 @@ fn print(report: &Report) -> bool {
         }),
     );
     row(
+        &mut table,
         "attempts per acquisition",
         o.iter().map(|x| {
             format!(
@@ -936,19 +954,27 @@ fn print(report: &Report) -> bool {
         }),
     );
     row(
+        &mut table,
         "stats: contended",
         o.iter().map(|x| x.counts.contended.to_string()),
     );
-    row("stats: woken", o.iter().map(|x| x.counts.woken.to_string()));
     row(
+        &mut table,
+        "stats: woken",
+        o.iter().map(|x| x.counts.woken.to_string()),
+    );
+    row(
+        &mut table,
         "stats: wake_notices",
         o.iter().map(|x| x.counts.wake_notices.to_string()),
     );
     row(
+        &mut table,
         "stats: quorum_not_reached",
         o.iter().map(|x| x.counts.quorum_not_reached.to_string()),
     );
     row(
+        &mut table,
         "per worker min / max",
         o.iter().map(|x| {
             format!(
@@ -959,6 +985,7 @@ fn print(report: &Report) -> bool {
         }),
     );
     row(
+        &mut table,
         "CPU cores: client/servers/other",
         o.iter().map(|x| {
             let (c, s, r) = x.cores();
@@ -966,6 +993,7 @@ fn print(report: &Report) -> bool {
         }),
     );
     row(
+        &mut table,
         "CPU µs per acquisition (cl+srv)",
         o.iter().map(|x| {
             let t = (x.cpu.client + x.cpu.servers) as f64 / TICKS_PER_SEC;
@@ -973,17 +1001,19 @@ fn print(report: &Report) -> bool {
         }),
     );
     row(
+        &mut table,
         "breaches / errors (acquire+node)",
         o.iter()
             .map(|x| format!("{} / {}", x.violations, x.errors + x.counts.node_errors)),
     );
-    println!(
-        "  (handoff: from a holder's release call to the next holder's guard; ideal: the acquire round trip)"
+    table.text(
+        "  (handoff: from a holder's release call to the next holder's guard; ideal: the acquire round trip)",
     );
     if o.iter().any(|x| x.breakdown.is_some()) {
-        println!("handoff breakdown (--trace; µs, p50 / mean):");
-        let part = |label: &str, f: &dyn Fn(&trace::Breakdown) -> &Vec<u32>| {
+        table.text("handoff breakdown (--trace; µs, p50 / mean):");
+        let mut part = |label: &str, f: &dyn Fn(&trace::Breakdown) -> &Vec<u32>| {
             row(
+                &mut table,
                 label,
                 o.iter().map(|x| match &x.breakdown {
                     Some(b) => format!("{} / {:.0}", quantile(f(b), 0.5), mean(f(b))),
@@ -995,6 +1025,7 @@ fn print(report: &Report) -> bool {
         part("winning attempt", &|b| &b.attempt_us);
         part("attempt end -> guard in hand", &|b| &b.lag_us);
         row(
+            &mut table,
             "losing attempts per cycle",
             o.iter().map(|x| match &x.breakdown {
                 Some(b) => format!("{:.2}", b.lost_per_cycle),
@@ -1002,6 +1033,7 @@ fn print(report: &Report) -> bool {
             }),
         );
         row(
+            &mut table,
             "  of which during the handoff",
             o.iter().map(|x| match &x.breakdown {
                 Some(b) => format!("{:.2}", b.lost_in_handoff),
@@ -1009,6 +1041,7 @@ fn print(report: &Report) -> bool {
             }),
         );
         row(
+            &mut table,
             "handoffs matched / not",
             o.iter().map(|x| match &x.breakdown {
                 Some(b) => format!("{} / {}", b.matched, b.unmatched),
@@ -1016,6 +1049,7 @@ fn print(report: &Report) -> bool {
             }),
         );
     }
+    print!("{table}");
 
     let headline = &o[0];
     let separate = &o[2];

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use quorumlock::{LockConfig, LockGuard, LockStats, MultiLock};
 use quorumlock_testbed::Testbed;
+use quorumlock_testbed::table::{Align, Table};
 use rustix::time::{ClockId, clock_gettime};
 
 const NODES: usize = 5;
@@ -414,105 +415,73 @@ fn print(report: &Report) -> bool {
         TTL.as_secs(),
         r.window_secs
     );
-    println!(
-        "  {:<44} {:>14}",
-        "acquire all (64 in parallel)",
-        format!("{:.2} s", r.acquire_secs)
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "  client CPU while acquiring",
-        format!("{:.1} %", r.acquire_cpu_share * 100.0)
-    );
-    println!("client CPU over the window");
-    println!(
-        "  {:<44} {:>14}",
-        "share of one core",
-        format!("{:.2} %", r.cpu_share * 100.0)
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "  of which user / system",
-        format!(
-            "{:.0} / {:.0} %",
-            r.user_share_of_cpu * 100.0,
-            (1.0 - r.user_share_of_cpu) * 100.0
-        )
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "CPU per renewal",
-        format!(
-            "{:.1} µs",
-            (r.end.cpu - r.start.cpu).as_secs_f64() * 1e6 / renewals.max(1) as f64
-        )
-    );
-    println!("resident memory (VmRSS)");
-    println!(
-        "  {:<44} {:>14}",
-        "before acquiring",
-        format!("{:.1} MiB", mib(r.rss_before))
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "all held",
-        format!("{:.1} MiB", mib(r.rss_held))
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "end of window",
-        format!("{:.1} MiB", mib(r.rss_end))
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "per guard, all held",
-        format!("{:.0} B", r.rss_per_guard_held())
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "per guard, end of window",
-        format!("{:.0} B", r.rss_per_guard_end())
-    );
-    println!("renewal round trips (renew script calls)");
+    let row = |label: &str, value: String| [label.to_string(), value];
+    let mut table = Table::new([Align::Left, Align::Right])
+        .indent(2)
+        .gap(1)
+        .min_widths([44, 14]);
+    table
+        .row(row(
+            "acquire all (64 in parallel)",
+            format!("{:.2} s", r.acquire_secs),
+        ))
+        .row(row(
+            "  client CPU while acquiring",
+            format!("{:.1} %", r.acquire_cpu_share * 100.0),
+        ));
+    table
+        .text("client CPU over the window")
+        .row(row(
+            "share of one core",
+            format!("{:.2} %", r.cpu_share * 100.0),
+        ))
+        .row(row(
+            "  of which user / system",
+            format!(
+                "{:.0} / {:.0} %",
+                r.user_share_of_cpu * 100.0,
+                (1.0 - r.user_share_of_cpu) * 100.0
+            ),
+        ))
+        .row(row(
+            "CPU per renewal",
+            format!(
+                "{:.1} µs",
+                (r.end.cpu - r.start.cpu).as_secs_f64() * 1e6 / renewals.max(1) as f64
+            ),
+        ));
+    table
+        .text("resident memory (VmRSS)")
+        .row(row(
+            "before acquiring",
+            format!("{:.1} MiB", mib(r.rss_before)),
+        ))
+        .row(row("all held", format!("{:.1} MiB", mib(r.rss_held))))
+        .row(row("end of window", format!("{:.1} MiB", mib(r.rss_end))))
+        .row(row(
+            "per guard, all held",
+            format!("{:.0} B", r.rss_per_guard_held()),
+        ))
+        .row(row(
+            "per guard, end of window",
+            format!("{:.0} B", r.rss_per_guard_end()),
+        ));
+    table.text("renewal round trips (renew script calls)");
     for (node, rate) in r.end.stats.nodes.iter().zip(&calls) {
-        println!("  {:<44} {:>14}", node.node, format!("{rate:.2} /s"));
+        table.row(row(&node.node, format!("{rate:.2} /s")));
     }
-    println!(
-        "  {:<44} {:>14}",
-        "per-lock renewal would need, per node",
-        format!("{renewals_per_sec:.1} /s")
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "saved by batching",
-        format!(
-            "{:.0}x",
-            renewals_per_sec / calls_mean.max(f64::MIN_POSITIVE)
-        )
-    );
-    println!("renewals over the window (one per guard per round)");
-    println!("  {:<44} {:>14}", "renewal rounds", renewals);
-    println!(
-        "  {:<44} {:>14}",
-        "renewed in time",
-        format!(
-            "{} ({:.4} %)",
-            r.delta(|s| s.renewed),
-            r.in_time_share() * 100.0
-        )
-    );
-    println!(
-        "  {:<44} {:>14}",
-        "failed (retried)",
-        r.delta(|s| s.renew_failed)
-    );
-    println!("  {:<44} {:>14}", "healed keys", r.delta(|s| s.healed));
-    println!("  {:<44} {:>14}", "locks lost", r.delta(|s| s.lost));
-    println!(
-        "  {:<44} {:>14}",
-        "in flight at window start / end",
-        format!("{} / {}", r.start.in_flight, r.end.in_flight)
-    );
+    table
+        .row(row(
+            "per-lock renewal would need, per node",
+            format!("{renewals_per_sec:.1} /s"),
+        ))
+        .row(row(
+            "saved by batching",
+            format!(
+                "{:.0}x",
+                renewals_per_sec / calls_mean.max(f64::MIN_POSITIVE)
+            ),
+        ));
     let errors: u64 = r
         .end
         .stats
@@ -521,29 +490,48 @@ fn print(report: &Report) -> bool {
         .zip(&r.start.stats.nodes)
         .map(|(e, s)| (e.errors + e.timeouts) - (s.errors + s.timeouts))
         .sum();
-    println!("  {:<44} {:>14}", "node errors + timeouts", errors);
-    println!(
-        "  {:<44} {:>14}",
-        "last renewal took p50 / p99 / max",
-        format!(
-            "{:.2} / {:.2} / {:.2} ms",
-            ms(percentile(&r.took, 0.5)),
-            ms(percentile(&r.took, 0.99)),
-            ms(r.took.last().copied().unwrap_or_default())
-        )
-    );
-    println!("  {:<44} {:>14}", "guards never renewed", r.never_renewed);
-    println!(
-        "  {:<44} {:>14}",
-        "least validity left at the end",
-        format!("{:.2} s", r.min_validity.as_secs_f64())
-    );
-    println!("  {:<44} {:>14}", "guards not held at the end", r.not_held);
-    println!(
-        "  {:<44} {:>14}",
-        "released while held / watched after release",
-        format!("{} / {}", r.released_held, r.watched_after)
-    );
+    table
+        .text("renewals over the window (one per guard per round)")
+        .row(row("renewal rounds", renewals.to_string()))
+        .row(row(
+            "renewed in time",
+            format!(
+                "{} ({:.4} %)",
+                r.delta(|s| s.renewed),
+                r.in_time_share() * 100.0
+            ),
+        ))
+        .row(row(
+            "failed (retried)",
+            r.delta(|s| s.renew_failed).to_string(),
+        ))
+        .row(row("healed keys", r.delta(|s| s.healed).to_string()))
+        .row(row("locks lost", r.delta(|s| s.lost).to_string()))
+        .row(row(
+            "in flight at window start / end",
+            format!("{} / {}", r.start.in_flight, r.end.in_flight),
+        ))
+        .row(row("node errors + timeouts", errors.to_string()))
+        .row(row(
+            "last renewal took p50 / p99 / max",
+            format!(
+                "{:.2} / {:.2} / {:.2} ms",
+                ms(percentile(&r.took, 0.5)),
+                ms(percentile(&r.took, 0.99)),
+                ms(r.took.last().copied().unwrap_or_default())
+            ),
+        ))
+        .row(row("guards never renewed", r.never_renewed.to_string()))
+        .row(row(
+            "least validity left at the end",
+            format!("{:.2} s", r.min_validity.as_secs_f64()),
+        ))
+        .row(row("guards not held at the end", r.not_held.to_string()))
+        .row(row(
+            "released while held / watched after release",
+            format!("{} / {}", r.released_held, r.watched_after),
+        ));
+    print!("{table}");
 
     let checks = r.checks();
     let pass = checks.iter().all(|(_, ok, _)| *ok);

@@ -60,6 +60,7 @@ pub mod fakeclock;
 mod node;
 mod options;
 pub mod proxy;
+pub mod table;
 mod testbed;
 
 pub use binary::{REDIS_SERVER_ENV, redis_server_binary, redis_server_binary_from};

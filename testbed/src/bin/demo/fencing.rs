@@ -11,6 +11,7 @@ use quorumlock::fenced::{FencedResource, Write};
 use quorumlock::{ConfigError, Error, HeldLock, LockConfig, MultiLock, Owner, Quorum};
 use quorumlock_testbed::Testbed;
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
+use quorumlock_testbed::table::{Align, Table};
 use tokio::sync::oneshot;
 
 use super::watchdog::{ensure_all_up, holds_text, millis};
@@ -278,7 +279,7 @@ async fn fenced_part(
         stats,
         &format!(
             "A: lock taken on {}, validity {}, fencing token {a_token}; its write: {}",
-            holds_text(&a.handle().nodes()),
+            holds_text(a.handle().nodes()),
             millis(a.validity()),
             write_text(a_write)
         ),
@@ -963,61 +964,71 @@ async fn run_transfers(
     Ok(transfers)
 }
 
+/// The figures of parts 7 and 8 that ran: tokens and writes, transfers,
+/// wake-ups and partial-hold samples.
+fn figures_table(o: &FencingOutcome) -> Table {
+    let mut table = Table::new([Align::Left, Align::Right, Align::Left]).indent(2);
+    if let Ok(f) = &o.fencing {
+        table.row([
+            "fencing tokens handed out".to_string(),
+            f.fencing_tokens.to_string(),
+            format!("({})", tokens_text(&f.tokens)),
+        ]);
+        table.text(format!(
+            "  paused holder A: token {}, first write {}, write after the pause {}",
+            f.a_token,
+            write_text(f.a_write),
+            write_text(f.stale_write)
+        ));
+        table.text(format!(
+            "  holder B: token {}, write {}",
+            f.b_token,
+            write_text(f.b_write)
+        ));
+        table.text(format!(
+            "  node {RESTARTED}'s counter: {} after its restart, {} at the end",
+            counter_text(&f.counter_after_restart),
+            counter_text(&f.counter_at_end)
+        ));
+    }
+    if let Ok(n) = &o.nested {
+        let t = &n.transfers;
+        table.row([
+            "transfers".to_string(),
+            t.done.iter().sum::<u64>().to_string(),
+            format!(
+                "(a+b {}, b+c {}, c+a {}; {} acquire_all attempts)",
+                t.done[0], t.done[1], t.done[2], t.attempts
+            ),
+        ]);
+        table.row([
+            "acquires that gave up / other errors".to_string(),
+            format!("{} / {}", t.gave_up, t.errors),
+        ]);
+        if let Some(first) = &t.first_error {
+            table.text(format!("    first error: {first}"));
+        }
+        table.row([
+            "waits woken by a release notice".to_string(),
+            t.woken.to_string(),
+            format!("({} notices received)", t.wake_notices),
+        ]);
+        table.row([
+            "partial-hold samples of the nodes".to_string(),
+            t.samples.to_string(),
+            format!("({} partial)", t.partial),
+        ]);
+    }
+    table
+}
+
 /// Prints the summary of parts 7 and 8 and returns whether every check
 /// passed.
 pub(crate) fn fencing_summary(o: &FencingOutcome) -> bool {
     println!();
     println!("Fencing and re-entry summary");
     println!();
-    if let Ok(f) = &o.fencing {
-        println!(
-            "  fencing tokens handed out              {:>7}   ({})",
-            f.fencing_tokens,
-            tokens_text(&f.tokens)
-        );
-        println!(
-            "  paused holder A: token {}, first write {}, write after the pause {}",
-            f.a_token,
-            write_text(f.a_write),
-            write_text(f.stale_write)
-        );
-        println!(
-            "  holder B: token {}, write {}",
-            f.b_token,
-            write_text(f.b_write)
-        );
-        println!(
-            "  node {RESTARTED}'s counter: {} after its restart, {} at the end",
-            counter_text(&f.counter_after_restart),
-            counter_text(&f.counter_at_end)
-        );
-    }
-    if let Ok(n) = &o.nested {
-        let t = &n.transfers;
-        println!(
-            "  transfers                              {:>7}   (a+b {}, b+c {}, c+a {}; {} acquire_all attempts)",
-            t.done.iter().sum::<u64>(),
-            t.done[0],
-            t.done[1],
-            t.done[2],
-            t.attempts
-        );
-        println!(
-            "  acquires that gave up / other errors   {:>7} / {}",
-            t.gave_up, t.errors
-        );
-        if let Some(first) = &t.first_error {
-            println!("    first error: {first}");
-        }
-        println!(
-            "  waits woken by a release notice        {:>7}   ({} notices received)",
-            t.woken, t.wake_notices
-        );
-        println!(
-            "  partial-hold samples of the nodes      {:>7}   ({} partial)",
-            t.samples, t.partial
-        );
-    }
+    print!("{}", figures_table(o));
     println!();
 
     let mut ok = true;

@@ -53,6 +53,7 @@ use quorumlock::{
     ConfigError, Error, LockConfig, MultiLock, NodeErrorKind, NodeReports, Quorum, RetryPolicy,
 };
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
+use quorumlock_testbed::table::{Align, Table};
 use quorumlock_testbed::{Testbed, TestbedError};
 
 mod fencing;
@@ -579,8 +580,8 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
             );
             println!("    {message}");
             println!("  that is, per node in the last attempt:");
-            for report in reports.0 {
-                println!("    {}", NodeReports(vec![report]));
+            for report in &reports {
+                println!("    {report}");
             }
             println!();
         }
@@ -657,76 +658,17 @@ fn summary(stats: &Stats, counter: i64, worker_panics: usize, total_run: Duratio
     println!();
     println!("Summary ({:.1}s)", total_run.as_secs_f64());
     println!();
-    println!("  phase                acquired  contended  refused    other");
-    for phase in Phase::ALL {
-        let p = &stats.phases[phase.index()];
-        println!(
-            "  {:<19} {:>9} {:>10} {:>8} {:>8}",
-            phase.name(),
-            p.acquired.load(Ordering::Relaxed),
-            p.contended.load(Ordering::Relaxed),
-            p.refused.load(Ordering::Relaxed),
-            p.other.load(Ordering::Relaxed),
-        );
-    }
-    let acquisitions = stats.sum(|p| &p.acquired);
-    println!(
-        "  {:<19} {:>9} {:>10} {:>8} {:>8}",
-        "total",
-        acquisitions,
-        stats.sum(|p| &p.contended),
-        stats.sum(|p| &p.refused),
-        stats.sum(|p| &p.other),
-    );
+    print!("{}", phase_table(stats));
     println!("  (contended / refused / other: acquire calls that gave up, by their last attempt)");
-
     println!();
-    println!("  Errors by kind                                              calls  attempts");
-    let errors = stats.errors.lock().unwrap_or_else(PoisonError::into_inner);
-    if errors.is_empty() {
-        println!("    none");
-    }
-    for (label, (calls, attempts)) in errors.iter() {
-        println!("    {label:<55} {calls:>7} {attempts:>9}");
-    }
-    drop(errors);
-
-    println!();
-    println!("  Node errors in the last attempts of those calls, by kind");
-    let node_errors = stats
-        .node_errors
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if node_errors.is_empty() {
-        println!("    none");
-    }
-    for (kind, (count, text)) in node_errors.iter() {
-        println!("    {:<55} {count:>7}", format!("{kind} (\"{text}\")"));
-    }
-    drop(node_errors);
-
-    let expired = stats.expired_before_write.load(Ordering::Relaxed);
-    let late = stats.released_late.load(Ordering::Relaxed);
+    print!("{}", error_table(stats));
+    let acquisitions = stats.sum(|p| &p.acquired);
     let resource_errors = stats.resource_errors.load(Ordering::Relaxed);
     println!();
-    println!("  guards expired before the write        {expired:>7}");
-    println!("  releases after the validity ended      {late:>7}");
-    println!("  errors on the resource server          {resource_errors:>7}");
-    if let Some(first) = stats
-        .first_resource_error
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_deref()
-    {
-        println!("    first: {first}");
-    }
-    if worker_panics > 0 {
-        println!("  workers that panicked                  {worker_panics:>7}");
-    }
-
-    println!();
-    println!("  counter on the resource server         {counter:>7}");
-    println!("  acquisitions (all phases)              {acquisitions:>7}");
+    print!(
+        "{}",
+        outcome_table(stats, counter, acquisitions, worker_panics)
+    );
     println!();
 
     let mut ok = true;
@@ -764,4 +706,112 @@ fn summary(stats: &Stats, counter: i64, worker_panics: usize, total_run: Duratio
         ok = false;
     }
     ok
+}
+
+/// The acquire calls of each phase and in total, by how they ended.
+fn phase_table(stats: &Stats) -> Table {
+    let right = Align::Right;
+    let mut table = Table::new([Align::Left, right, right, right, right])
+        .indent(2)
+        .header(["phase", "acquired", "contended", "refused", "other"]);
+    let load = |n: &AtomicU64| n.load(Ordering::Relaxed).to_string();
+    for phase in Phase::ALL {
+        let p = &stats.phases[phase.index()];
+        table.row([
+            phase.name().to_string(),
+            load(&p.acquired),
+            load(&p.contended),
+            load(&p.refused),
+            load(&p.other),
+        ]);
+    }
+    table.row([
+        "total".to_string(),
+        stats.sum(|p| &p.acquired).to_string(),
+        stats.sum(|p| &p.contended).to_string(),
+        stats.sum(|p| &p.refused).to_string(),
+        stats.sum(|p| &p.other).to_string(),
+    ]);
+    table
+}
+
+/// The failed acquire calls by error kind, with their attempts, then the
+/// node failures in their last attempts, by kind.
+fn error_table(stats: &Stats) -> Table {
+    let mut table = Table::new([Align::Left, Align::Right, Align::Right])
+        .indent(2)
+        .header(["Errors by kind", "calls", "attempts"]);
+    let errors = stats.errors.lock().unwrap_or_else(PoisonError::into_inner);
+    if errors.is_empty() {
+        table.text("    none");
+    }
+    for (label, (calls, attempts)) in errors.iter() {
+        table.row([
+            format!("  {label}"),
+            calls.to_string(),
+            attempts.to_string(),
+        ]);
+    }
+    drop(errors);
+
+    table
+        .text("")
+        .text("  Node errors in the last attempts of those calls, by kind");
+    let node_errors = stats
+        .node_errors
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if node_errors.is_empty() {
+        table.text("    none");
+    }
+    for (kind, (count, text)) in node_errors.iter() {
+        table.row([format!("  {kind} (\"{text}\")"), count.to_string()]);
+    }
+    table
+}
+
+/// What went wrong around the lock (guards expired before the write, late
+/// releases, resource server errors, panics), then the counter against the
+/// acquisitions.
+fn outcome_table(stats: &Stats, counter: i64, acquisitions: u64, worker_panics: usize) -> Table {
+    let mut table = Table::new([Align::Left, Align::Right]).indent(2);
+    let load = |n: &AtomicU64| n.load(Ordering::Relaxed).to_string();
+    table
+        .row([
+            "guards expired before the write".to_string(),
+            load(&stats.expired_before_write),
+        ])
+        .row([
+            "releases after the validity ended".to_string(),
+            load(&stats.released_late),
+        ])
+        .row([
+            "errors on the resource server".to_string(),
+            load(&stats.resource_errors),
+        ]);
+    if let Some(first) = stats
+        .first_resource_error
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_deref()
+    {
+        table.text(format!("    first: {first}"));
+    }
+    if worker_panics > 0 {
+        table.row([
+            "workers that panicked".to_string(),
+            worker_panics.to_string(),
+        ]);
+    }
+    table
+        .text("")
+        .row([
+            "counter on the resource server".to_string(),
+            counter.to_string(),
+        ])
+        .row([
+            "acquisitions (all phases)".to_string(),
+            acquisitions.to_string(),
+        ]);
+    table
 }

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use quorumlock::{
-    Error, HeldLock, Hold, LossNotice, LostReason, MultiLock, NodeReports, Renewal, Stamp,
-};
+use quorumlock::{Error, HeldLock, Hold, LossNotice, LostReason, MultiLock, Renewal, Stamp};
+use quorumlock_testbed::table::{Align, Table};
 use quorumlock_testbed::{Testbed, TestbedError};
 use tokio::sync::oneshot;
 
@@ -143,14 +142,15 @@ fn announce_taken(stats: &Stats, held: &HeldLock) {
         stats,
         &format!(
             "job: lock taken on {}, validity {:.2}s",
-            holds_text(&held.nodes()),
+            holds_text(held.nodes()),
             held.validity().as_secs_f64()
         ),
     );
 }
 
 /// "5 of 5", or "4 of 5 (node 3 not held)", from a lock's per-node holds.
-pub(crate) fn holds_text(nodes: &[(String, Hold)]) -> String {
+pub(crate) fn holds_text<'a>(nodes: impl IntoIterator<Item = (&'a str, Hold)>) -> String {
+    let nodes: Vec<(&str, Hold)> = nodes.into_iter().collect();
     let held = nodes.iter().filter(|(_, h)| *h == Hold::Held).count();
     let others: Vec<String> = nodes
         .iter()
@@ -390,7 +390,7 @@ async fn long_job_work(
                 "renewal {}: quorum in {}, held on {}; contender won {} of {}",
                 renewals.len(),
                 millis(renewal.took),
-                holds_text(&held.nodes()),
+                holds_text(held.nodes()),
                 contender.won_while_held.load(Ordering::Relaxed),
                 contender.attempts.load(Ordering::Relaxed),
             ),
@@ -451,7 +451,7 @@ async fn long_job_control(
     let mut healed_after = None;
     while Instant::now() < job_ends && held.is_held() {
         tokio::time::sleep(POLL).await;
-        let all_held = held.nodes().iter().all(|(_, h)| *h == Hold::Held);
+        let all_held = held.nodes().all(|(_, h)| h == Hold::Held);
         if holder.stats().healed == 0 || !all_held {
             continue;
         }
@@ -472,7 +472,7 @@ async fn long_job_control(
             println!(
                 "            {}; the job holds {}",
                 key_text(&found, held.token()),
-                holds_text(&held.nodes())
+                holds_text(held.nodes())
             );
             break;
         }
@@ -534,11 +534,8 @@ async fn lost_job(
                 other => (other.to_string(), None),
             };
             println!("            reason: {why}; last renewal round, per node:");
-            for (i, report) in reports.into_iter().flat_map(|r| r.0.iter()).enumerate() {
-                println!(
-                    "              node {i}  {}",
-                    NodeReports(vec![report.clone()])
-                );
+            for (i, report) in reports.into_iter().flat_map(|r| r.iter()).enumerate() {
+                println!("              node {i}  {report}");
             }
         }
         _ => event(
@@ -625,7 +622,7 @@ async fn lost_job_control(
             &format!(
                 "renewal 1: quorum in {}, held on {}",
                 millis(renewal.took),
-                holds_text(&held.nodes())
+                holds_text(held.nodes())
             ),
         );
     }
@@ -650,15 +647,18 @@ pub(crate) fn watchdog_summary(w: &WatchdogOutcome) -> bool {
     println!();
     println!("Watchdog summary");
     println!();
-    println!("  renewal rounds                         {:>7}", s.renewals);
-    println!("    reached the quorum in time           {:>7}", s.renewed);
-    println!(
-        "    missed it (retried until the margin) {:>7}",
-        s.renew_failed
-    );
-    println!("  keys re-taken on emptied nodes         {:>7}", s.healed);
-    println!("  locks lost                             {:>7}", s.lost);
-    println!("  locks still watched                    {:>7}", s.watched);
+    let mut table = Table::new([Align::Left, Align::Right]).indent(2);
+    for (label, n) in [
+        ("renewal rounds", s.renewals),
+        ("  reached the quorum in time", s.renewed),
+        ("  missed it (retried until the margin)", s.renew_failed),
+        ("keys re-taken on emptied nodes", s.healed),
+        ("locks lost", s.lost),
+        ("locks still watched", s.watched),
+    ] {
+        table.row([label.to_string(), n.to_string()]);
+    }
+    print!("{table}");
     if let Ok(renewals) = &w.long_job.result
         && !renewals.is_empty()
     {

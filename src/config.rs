@@ -47,6 +47,7 @@ pub struct LockConfig {
     pub(crate) loss_margin: Duration,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) wake_ups: bool,
+    pub(crate) quarantine: Duration,
 }
 
 /// One configured node: the URL as given and what it parsed to.
@@ -54,6 +55,8 @@ pub struct LockConfig {
 pub(crate) struct NodeAddress {
     pub(crate) url: String,
     pub(crate) client: Client,
+    /// Declared durable: no quarantine after a restart.
+    pub(crate) durable: bool,
 }
 
 /// Builder for [`LockConfig`]; every setting but the nodes has a default.
@@ -73,6 +76,8 @@ pub struct LockConfigBuilder {
     loss_margin: Option<Duration>,
     max_hold: Option<Duration>,
     wake_ups: Option<bool>,
+    quarantine: Option<Duration>,
+    durable: Vec<String>,
 }
 
 impl LockConfig {
@@ -146,6 +151,12 @@ impl LockConfig {
     /// [`crate::wake`]).
     pub fn wake_ups(&self) -> bool {
         self.wake_ups
+    }
+
+    /// How long a node whose data may be incomplete casts no vote (see
+    /// [`LockConfigBuilder::quarantine`]).
+    pub fn quarantine(&self) -> Duration {
+        self.quarantine
     }
 
     /// How long after a successful acquire or renewal the watchdog renews.
@@ -243,6 +254,45 @@ impl LockConfigBuilder {
         self
     }
 
+    /// How long a node whose data may be incomplete casts no vote (default:
+    /// the TTL). Set it to **the longest TTL any client uses on these
+    /// nodes**.
+    ///
+    /// A node's data may be incomplete when it restarted (with or without
+    /// persistence), was promoted from a replica, or is met with no record
+    /// of its history: a lock it lost could then be won by a second owner
+    /// while the first still holds it on the other nodes. Such a node
+    /// still takes every write (so it blocks others), but its answers do
+    /// not count toward any quorum (acquire, extend, renewal, fencing)
+    /// until the quarantine has passed since that event, on the node's own
+    /// clock: by then every lock it may have lost has expired everywhere.
+    /// The check runs inside the same script call as the vote. A long-
+    /// running master that was never promoted is dated from its start, so
+    /// a deployment of running servers locks at once;
+    /// [`MultiLock::adopt_empty_nodes`](crate::MultiLock::adopt_empty_nodes)
+    /// adopts brand-new, empty ones at once.
+    ///
+    /// `Duration::ZERO` turns the quarantine off: a restart or failover
+    /// then relies on operators delaying it by a TTL, as plain Redlock does.
+    pub fn quarantine(mut self, quarantine: Duration) -> Self {
+        self.quarantine = Some(quarantine);
+        self
+    }
+
+    /// Declares nodes durable (give each URL exactly as given to
+    /// [`node`](Self::node)): AOF with `appendfsync always`, never failed
+    /// over to a replica. They skip the quarantine after a restart. Only
+    /// for nodes that truly lose nothing: a durable node that loses data
+    /// breaks mutual exclusion.
+    pub fn durable_nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.durable.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
     /// How long after a successful acquire or renewal the watchdog renews
     /// (default: a third of the TTL, as Redisson). Renewals due within a
     /// tenth of this of each other are sent to each node together.
@@ -270,7 +320,8 @@ impl LockConfigBuilder {
     /// Checks every setting and returns the first problem, naming the field
     /// and the value.
     pub fn build(self) -> Result<LockConfig, ConfigError> {
-        let nodes = parse_nodes(self.nodes)?;
+        let mut nodes = parse_nodes(self.nodes)?;
+        mark_durable(&mut nodes, self.durable)?;
         let n = nodes.len();
         if let Quorum::AtLeast(k) = self.quorum
             && (k == 0 || k > n)
@@ -333,6 +384,7 @@ impl LockConfigBuilder {
             renew_interval,
             loss_margin,
             max_hold: self.max_hold,
+            quarantine: self.quarantine.unwrap_or(ttl),
         })
     }
 }
@@ -405,9 +457,25 @@ fn parse_nodes(urls: Vec<String>) -> Result<Vec<NodeAddress>, ConfigError> {
             url: url.clone(),
             reason: e.to_string(),
         })?;
-        nodes.push(NodeAddress { url, client });
+        nodes.push(NodeAddress {
+            url,
+            client,
+            durable: false,
+        });
     }
     Ok(nodes)
+}
+
+/// Marks the nodes named in `durable` (as given to the builder); a name
+/// that is not one of the nodes is an error.
+fn mark_durable(nodes: &mut [NodeAddress], durable: Vec<String>) -> Result<(), ConfigError> {
+    for url in durable {
+        match nodes.iter_mut().find(|n| n.url == url) {
+            Some(node) => node.durable = true,
+            None => return Err(ConfigError::UnknownDurableNode { url }),
+        }
+    }
+    Ok(())
 }
 
 /// Same address and database: two entries that would lock the same keys.

@@ -29,7 +29,14 @@ impl Core {
         let nodes = config
             .nodes
             .iter()
-            .map(|n| Arc::new(Node::new(n.client.clone(), config.connect_timeout)))
+            .map(|n| {
+                Arc::new(Node::new(
+                    n.client.clone(),
+                    config.connect_timeout,
+                    config.quarantine,
+                    n.durable,
+                ))
+            })
             .collect();
         Core {
             config,

@@ -9,6 +9,12 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A URL given to `durable_nodes` is not one of the nodes.
+    #[error("durable node {url:?} is not one of the nodes")]
+    UnknownDurableNode {
+        /// The URL as given.
+        url: String,
+    },
     /// `nodes` is empty.
     #[error("`nodes` is empty: a lock needs at least one Redis node")]
     NoNodes,
@@ -138,6 +144,19 @@ pub enum NodeErrorKind {
     Busy,
     /// The server answered something the lock scripts never return.
     UnexpectedReply,
+    /// A fencing counter on the node is not a whole number in
+    /// `0 ..= 2^53 − 2` (the range exact in the scripts' Lua numbers, with
+    /// room for one more token). It is never used or written back.
+    InvalidCounter,
+    /// The node's data may be incomplete (it restarted, was promoted from
+    /// a replica, or is met for the first time): it casts no vote until
+    /// the quarantine has passed since then
+    /// ([`NodeError::quarantine_left`] says how long). It still took the
+    /// writes, so it blocks others meanwhile.
+    Quarantined,
+    /// [`MultiLock::adopt_empty_nodes`](crate::MultiLock::adopt_empty_nodes)
+    /// refused a node that holds keys.
+    NotEmpty,
     /// Any other error.
     Other,
 }
@@ -152,6 +171,9 @@ impl fmt::Display for NodeErrorKind {
             NodeErrorKind::ReadOnly => "node is a read-only replica",
             NodeErrorKind::Busy => "node is loading or busy",
             NodeErrorKind::UnexpectedReply => "unexpected reply",
+            NodeErrorKind::InvalidCounter => "invalid fencing counter",
+            NodeErrorKind::Quarantined => "quarantined",
+            NodeErrorKind::NotEmpty => "not empty",
             NodeErrorKind::Other => "error",
         })
     }
@@ -164,6 +186,7 @@ pub struct NodeError {
     node: Arc<str>,
     kind: NodeErrorKind,
     detail: String,
+    quarantine_left: Option<Duration>,
 }
 
 impl NodeError {
@@ -172,7 +195,31 @@ impl NodeError {
             node: Arc::clone(node),
             kind,
             detail: detail.into(),
+            quarantine_left: None,
         }
+    }
+
+    /// A [`NodeErrorKind::Quarantined`] error: the node votes again in
+    /// `left`.
+    pub(crate) fn quarantined(node: &Arc<str>, left: Duration) -> Self {
+        NodeError {
+            quarantine_left: Some(left),
+            ..NodeError::new(
+                node,
+                NodeErrorKind::Quarantined,
+                format!(
+                    "its data may be incomplete (restarted, promoted, or new to this client): \
+                     no vote for {} more",
+                    Human(left)
+                ),
+            )
+        }
+    }
+
+    /// For a [`NodeErrorKind::Quarantined`] node: how long until it votes
+    /// again (on its own clock, as of its answer).
+    pub fn quarantine_left(&self) -> Option<Duration> {
+        self.quarantine_left
     }
 
     /// The node's URL as configured (password elided).

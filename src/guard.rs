@@ -407,7 +407,8 @@ impl LockGuard {
     /// let guard = lock.try_acquire("nightly").await?;
     /// let report = guard.release().await;
     /// assert!(report.was_held);
-    /// assert_eq!(report.released, 3);
+    /// // The nodes that took the lock (at least the 2 of the quorum).
+    /// assert!(report.released >= 2);
     /// assert!(report.failed.is_empty());
     /// # Ok(())
     /// # }

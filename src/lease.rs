@@ -33,6 +33,7 @@ use crate::clock::Stamp;
 use crate::core::Core;
 use crate::error::{Error, LostReason, NodeReports};
 use crate::keys::Entry;
+use crate::node::Reading;
 use crate::quorum::{self, Vote};
 use crate::stats::bump;
 
@@ -117,9 +118,8 @@ impl Flight {
 }
 
 /// What an acquire read from each node's fencing counters: for every node
-/// it won, each key's counter (`None`: no counter there); `None` for the
-/// other nodes. The first read of [`crate::fence`].
-pub(crate) type FenceReads = Box<[Option<Box<[Option<u64>]>>]>;
+/// it won, each key's counter; `None` for the other nodes. The first read of [`crate::fence`].
+pub(crate) type FenceReads = Box<[Option<Box<[Reading]>>]>;
 
 /// What an acquire won: the start of a lease.
 pub(crate) struct Grant {

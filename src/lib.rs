@@ -81,8 +81,14 @@
 //!
 //! What the algorithm cannot give: exclusivity against a holder that pauses
 //! (GC, swap, a stopped VM) past its validity. Protect the resource with
-//! [fencing tokens](fence) for that. A node that restarts without persistence must
-//! stay down for at least the TTL before rejoining.
+//! [fencing tokens](fence) for that.
+//!
+//! A node that lost data (a restart, a failover to a lagging replica) could
+//! let a second owner win a lock the first still holds. quorumlock
+//! enforces the delayed restart itself: such a node casts no vote for the
+//! [quarantine](LockConfigBuilder::quarantine) (default: the TTL), judged
+//! in the same script call as each vote, and fencing counters carry the
+//! node's epoch, so a counter that went back is never trusted.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -118,6 +118,40 @@ impl MultiLock {
         .await
     }
 
+    /// Adopts brand-new, empty nodes at once: an operator's word that each
+    /// node is new (or part of a new deployment) and holds nothing, so it
+    /// votes without waiting out the
+    /// [quarantine](crate::LockConfigBuilder::quarantine). Reports each
+    /// node's result in configuration order: a node that holds any key is
+    /// refused with [`NodeErrorKind::NotEmpty`](crate::NodeErrorKind::NotEmpty)
+    /// (it may hold locks or fencing counters of an earlier life) and
+    /// keeps its quarantine.
+    ///
+    /// Not needed for servers that have been running for longer than the
+    /// quarantine and were never promoted: they are dated from their start.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start_unadopted(3)?;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// // Three servers just started for a new deployment.
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// assert!(lock.adopt_empty_nodes().await.iter().all(Result::is_ok));
+    /// lock.try_acquire("first-job").await?.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave some nodes adopted and others not;
+    /// calling it again is harmless for the adopted ones (still empty).
+    pub async fn adopt_empty_nodes(&self) -> Vec<Result<(), NodeError>> {
+        join_all(self.services.core.nodes.iter().map(|n| n.adopt())).await
+    }
+
     /// One attempt to take the lock named `key`.
     ///
     /// Returns the guard when the quorum was won with more than the minimum

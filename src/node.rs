@@ -53,6 +53,10 @@ pub(crate) struct Node {
     name: Arc<str>,
     client: Client,
     connect_timeout: Duration,
+    /// The quarantine sent with every vote, in ms (see `scripts/epoch.lua`).
+    quarantine_ms: u64,
+    /// Declared durable: no quarantine, and its epoch survives restarts.
+    durable: bool,
     slot: Mutex<Slot>,
     generations: AtomicU64,
     pub(crate) counters: NodeCounters,
@@ -62,6 +66,10 @@ pub(crate) struct Node {
 /// enough that 10,000 locks take a few dozen calls per node, small enough
 /// that one call holds the server for well under a millisecond.
 pub(crate) const RENEW_CHUNK: usize = 256;
+
+/// The largest fencing counter accepted from a node: below 2^53 (exact in
+/// the scripts' Lua numbers) with room for the next token.
+pub(crate) const MAX_COUNTER: u64 = (1 << 53) - 2;
 
 /// One guard of a watchdog group.
 #[derive(Clone)]
@@ -81,12 +89,31 @@ pub(crate) enum RenewReply {
     NotOurs,
 }
 
+/// One name's fencing counter as a node holds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reading {
+    /// The counter's value (`None`: the node has none).
+    pub(crate) value: Option<u64>,
+    /// Written in the node's current epoch (or absent on a node whose
+    /// epoch is its whole history): not gone back or away since. See
+    /// [`crate::fence`].
+    pub(crate) current: bool,
+}
+
+/// What the fencing read (`scripts/read_fences.lua`) found on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FenceRead {
+    /// The node's clock (`TIME`) in µs, for the time floor.
+    pub(crate) time_us: u64,
+    pub(crate) readings: Box<[Reading]>,
+}
+
 /// A node's answer to the acquire script.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// The node holds every key for us now; each key's fencing counter
     /// (`None`: the node has none).
-    Won { fences: Box<[Option<u64>]> },
+    Won { fences: Box<[Reading]> },
     /// Another owner holds a key for `pttl` more (`None`: no expiry).
     Held { pttl: Option<Duration> },
 }
@@ -150,11 +177,20 @@ pub(crate) enum ReleaseReply {
 }
 
 impl Node {
-    pub(crate) fn new(client: Client, connect_timeout: Duration) -> Node {
+    /// A node that votes only after `quarantine` since its data may last
+    /// have been lost, unless `durable`.
+    pub(crate) fn new(
+        client: Client,
+        connect_timeout: Duration,
+        quarantine: Duration,
+        durable: bool,
+    ) -> Node {
         Node {
             name: display_name(client.get_connection_info()).into(),
             client,
             connect_timeout,
+            quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
+            durable,
             slot: Mutex::new(Slot::Idle),
             generations: AtomicU64::new(0),
             counters: NodeCounters::default(),
@@ -188,7 +224,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .eval(&scripts::ACQUIRE, |cmd| {
+                .voting(&scripts::ACQUIRE, |cmd| {
                     with_fences(cmd, &entry.keys);
                     cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
                 })
@@ -196,16 +232,8 @@ impl Node {
             let m = entry.keys.len();
             match reply {
                 Value::Array(items) => match items.as_slice() {
-                    [Value::Int(1), fences @ ..] if fences.len() == m => fences
-                        .iter()
-                        .map(|c| match c {
-                            Value::Int(-1) => Ok(None),
-                            Value::Int(c) => u64::try_from(*c)
-                                .map(Some)
-                                .map_err(|_| node.unexpected(Value::Int(*c))),
-                            other => Err(node.unexpected(other.clone())),
-                        })
-                        .collect::<Result<_, _>>()
+                    [Value::Int(1), fences @ ..] if fences.len() == 2 * m => node
+                        .readings(fences)
                         .map(|fences| AcquireReply::Won { fences }),
                     // -1: the holder set no expiry.
                     [Value::Int(0), Value::Int(ms), Value::Int(_)] => Ok(AcquireReply::Held {
@@ -251,16 +279,17 @@ impl Node {
         from: Entry,
         to: Entry,
         ttl_ms: u64,
-    ) -> impl Future<Output = Result<(ReleaseReply, AcquireReply), NodeError>> + Send + 'static
-    {
+    ) -> impl Future<Output = Result<(ReleaseReply, Result<AcquireReply, NodeError>), NodeError>>
+    + Send
+    + 'static {
         let node = Arc::clone(self);
         async move {
             // Never resent: a resend on a new connection could run after the
             // waiter's rollback (sent on that connection too) and take the
             // name for a waiter that gave up. A plain release of our own entry
             // is sent instead: a release cannot be overtaken by anything.
-            let reply = match node
-                .eval_with(&scripts::HANDOFF, Resend::Never, |cmd| {
+            let (young, reply) = match node
+                .vote(&scripts::HANDOFF, Resend::Never, |cmd| {
                     with_fences(cmd, &from.keys);
                     cmd.arg(&*from.token)
                         .arg(&*from.id)
@@ -288,13 +317,19 @@ impl Node {
                 _ => return Err(node.unexpected(Value::Array(items))),
             };
             let acquired = match items.get(1..) {
-                Some([Value::Int(1), Value::Int(c)]) => AcquireReply::Won {
-                    fences: Box::new([u64::try_from(*c).ok()]),
+                Some([Value::Int(1), value, current]) => AcquireReply::Won {
+                    fences: node.readings(&[value.clone(), current.clone()])?,
                 },
                 Some([Value::Int(0), Value::Int(ms)]) => AcquireReply::Held {
                     pttl: u64::try_from(*ms).ok().map(Duration::from_millis),
                 },
                 _ => return Err(node.unexpected(Value::Array(items))),
+            };
+            // A young node released and took the name all the same; only
+            // its vote for the waiter does not count.
+            let acquired = match young {
+                Some(left) => Err(node.quarantined(left)),
+                None => Ok(acquired),
             };
             Ok((released, acquired))
         }
@@ -310,7 +345,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .eval(&scripts::EXTEND, |cmd| {
+                .voting(&scripts::EXTEND, |cmd| {
                     with_keys(cmd, &entry.keys);
                     cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
                 })
@@ -330,7 +365,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .eval(&scripts::FENCE, |cmd| {
+                .voting(&scripts::FENCE, |cmd| {
                     with_fences(cmd, &entry.keys);
                     cmd.arg(&*entry.token).arg(token);
                 })
@@ -343,34 +378,26 @@ impl Node {
     pub(crate) fn read_fences(
         self: &Arc<Self>,
         keys: Arc<KeySet>,
-    ) -> impl Future<Output = Result<Box<[Option<u64>]>, NodeError>> + Send + 'static {
+    ) -> impl Future<Output = Result<FenceRead, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .query(|| {
-                    let mut cmd = redis::cmd("MGET");
-                    cmd.arg(keys.fences());
-                    cmd
+                .voting(&scripts::READ_FENCES, |cmd| {
+                    cmd.arg(keys.len()).arg(keys.fences());
                 })
                 .await?;
             let Value::Array(items) = reply else {
                 return Err(node.unexpected(reply));
             };
-            if items.len() != keys.len() {
-                return Err(node.unexpected(Value::Array(items)));
+            match items.as_slice() {
+                [Value::Int(time_us), readings @ ..] if readings.len() == 2 * keys.len() => {
+                    Ok(FenceRead {
+                        time_us: u64::try_from(*time_us).unwrap_or(0),
+                        readings: node.readings(readings)?,
+                    })
+                }
+                _ => Err(node.unexpected(Value::Array(items))),
             }
-            items
-                .into_iter()
-                .map(|v| match v {
-                    Value::Nil => Ok(None),
-                    Value::BulkString(ref bytes) => std::str::from_utf8(bytes)
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                        .map(Some)
-                        .ok_or_else(|| node.unexpected(v.clone())),
-                    other => Err(node.unexpected(other)),
-                })
-                .collect()
         }
     }
 
@@ -385,7 +412,7 @@ impl Node {
         async move {
             bump(&node.counters.renew_calls);
             let reply = node
-                .eval(&scripts::RENEW, |cmd: &mut Cmd| {
+                .voting(&scripts::RENEW, |cmd: &mut Cmd| {
                     let keys: usize = items.iter().map(|i| i.entry.keys.len()).sum();
                     cmd.arg(keys);
                     for item in items.iter() {
@@ -434,6 +461,105 @@ impl Node {
             Value::Int(0) => Ok(OwnerCheck::NotOurs),
             other => Err(self.unexpected(other)),
         }
+    }
+
+    /// A fencing counter as a script or `MGET` returns it: `None` when the
+    /// node has none; a value outside `0..=MAX_COUNTER` (or not a number)
+    /// is [`NodeErrorKind::InvalidCounter`] naming the node and the value.
+    fn counter(&self, value: &Value) -> Result<Option<u64>, NodeError> {
+        let parsed = match value {
+            Value::Nil => return Ok(None),
+            Value::BulkString(bytes) => std::str::from_utf8(bytes)
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok()),
+            Value::Int(c) => u64::try_from(*c).ok(),
+            _ => None,
+        };
+        parsed
+            .filter(|c| *c <= MAX_COUNTER)
+            .map(Some)
+            .ok_or_else(|| {
+                let shown = match value {
+                    Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    Value::Int(c) => c.to_string(),
+                    other => format!("{other:?}"),
+                };
+                NodeError::new(
+                    &self.name,
+                    NodeErrorKind::InvalidCounter,
+                    format!("fencing counter {shown} is not a whole number in 0..={MAX_COUNTER}"),
+                )
+            })
+    }
+
+    /// A vote script's reply, sent with the node's quarantine: the reply of
+    /// a node that votes, or [`NodeErrorKind::Quarantined`] for a young
+    /// node (which did the script's writes all the same).
+    async fn voting(
+        self: &Arc<Self>,
+        script: &Script,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, NodeError> {
+        match self.vote(script, Resend::AfterReconnect, args).await? {
+            (Some(left), _) => Err(self.quarantined(left)),
+            (None, reply) => Ok(reply),
+        }
+    }
+
+    /// Runs a vote script with the quarantine as its last argument and
+    /// unwraps a young node's answer: `(Some(time left), reply)`.
+    async fn vote(
+        self: &Arc<Self>,
+        script: &Script,
+        resend: Resend,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<(Option<Duration>, Value), NodeError> {
+        let reply = self
+            .eval_with(script, resend, |cmd| {
+                args(cmd);
+                if self.durable {
+                    cmd.arg(-1);
+                } else {
+                    cmd.arg(self.quarantine_ms);
+                }
+            })
+            .await?;
+        let Value::Array(mut items) = reply else {
+            return Ok((None, reply));
+        };
+        let young = matches!(items.first(), Some(Value::BulkString(tag)) if tag == b"young");
+        if !young {
+            return Ok((None, Value::Array(items)));
+        }
+        match (items.pop(), items.pop()) {
+            (Some(inner), Some(Value::Int(left))) if items.len() == 1 => {
+                let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+                Ok((Some(left), inner))
+            }
+            _ => Err(self.unexpected(Value::Array(items))),
+        }
+    }
+
+    /// The quarantine error of this node, counted.
+    fn quarantined(&self, left: Duration) -> NodeError {
+        bump(&self.counters.quarantined);
+        NodeError::quarantined(&self.name, left)
+    }
+
+    /// Counter readings from `value, current` pairs (see
+    /// `scripts/epoch.lua`), each value validated.
+    fn readings(&self, pairs: &[Value]) -> Result<Box<[Reading]>, NodeError> {
+        pairs
+            .chunks(2)
+            .map(|pair| match pair {
+                [value, Value::Int(current)] => Ok(Reading {
+                    value: self.counter(value)?,
+                    current: *current == 1,
+                }),
+                _ => Err(self.unexpected(Value::Array(pair.to_vec()))),
+            })
+            .collect()
     }
 
     fn unexpected(&self, reply: Value) -> NodeError {
@@ -490,6 +616,30 @@ impl Node {
     }
 
     /// Sends a plain command (no script).
+    /// Adopts this node if it is empty: its epoch starts at once
+    /// ([`NodeErrorKind::NotEmpty`] otherwise).
+    pub(crate) async fn adopt(self: &Arc<Self>) -> Result<(), NodeError> {
+        let (mut conn, _) = self.connection().await?;
+        let history = ServerHistory::read(&mut conn)
+            .await
+            .map_err(|e| self.error(&e))?;
+        let run_id = history.run_id;
+        let reply = self
+            .query(|| {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(scripts::ADOPT.body)
+                    .arg(0)
+                    .arg(&run_id)
+                    .arg(u8::from(self.durable));
+                cmd
+            })
+            .await?;
+        match reply {
+            Value::Int(1) => Ok(()),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
     async fn query(self: &Arc<Self>, build: impl Fn() -> Cmd) -> Result<Value, NodeError> {
         let build = &build;
         self.counted(
@@ -603,6 +753,10 @@ impl Node {
                     // Not fatal: EVALSHA falls back to EVAL per call.
                     tracing::debug!(node = %node.name, error = %e, "SCRIPT LOAD failed");
                 }
+                // Before any vote on this connection: the epoch marker must
+                // belong to this server process (fatal: a node that cannot
+                // be dated must not vote).
+                check_epoch(&mut conn, node.durable).await?;
                 Ok::<_, RedisError>(conn)
             };
             let result = match tokio::time::timeout(node.connect_timeout, connect).await {
@@ -656,6 +810,68 @@ impl Node {
     }
 }
 
+/// What `INFO server` and `INFO replication` say about a server's history.
+struct ServerHistory {
+    run_id: String,
+    /// How far back its data is known complete: the uptime of a master
+    /// never promoted (it lost nothing since it started), else zero.
+    complete_for: Duration,
+}
+
+impl ServerHistory {
+    async fn read(conn: &mut MultiplexedConnection) -> Result<ServerHistory, RedisError> {
+        let (server, replication): (String, String) = redis::pipe()
+            .cmd("INFO")
+            .arg("server")
+            .cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await?;
+        Ok(ServerHistory::parse(&server, &replication))
+    }
+
+    fn parse(server: &str, replication: &str) -> ServerHistory {
+        let field = |info: &str, name: &str| -> Option<String> {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+        };
+        // Unknown run_id: a fresh one, so the marker is never taken as this
+        // server's (the node then starts a new epoch).
+        let run_id = field(server, "run_id")
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()))
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        let uptime = field(server, "uptime_in_seconds").and_then(|s| s.parse::<u64>().ok());
+        let master = field(replication, "role").as_deref() == Some("master");
+        // A promotion gives a master a second replication id.
+        let never_promoted = field(replication, "master_replid2")
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b == b'0'));
+        let complete_for = match uptime {
+            Some(secs) if master && never_promoted => Duration::from_secs(secs),
+            _ => Duration::ZERO,
+        };
+        ServerHistory {
+            run_id,
+            complete_for,
+        }
+    }
+}
+
+/// The epoch check of a new connection (`scripts/epoch_check.lua`).
+async fn check_epoch(conn: &mut MultiplexedConnection, durable: bool) -> Result<(), RedisError> {
+    let history = ServerHistory::read(conn).await?;
+    let backdate = u64::try_from(history.complete_for.as_millis()).unwrap_or(u64::MAX);
+    let _: Value = redis::cmd("EVAL")
+        .arg(scripts::EPOCH_CHECK.body)
+        .arg(0)
+        .arg(&history.run_id)
+        .arg(backdate)
+        .arg(u8::from(durable))
+        .query_async(conn)
+        .await?;
+    Ok(())
+}
+
 /// Whether a call that met a dead connection is sent again on a new one.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Resend {
@@ -689,6 +905,9 @@ pub(crate) fn classify(e: &RedisError) -> NodeErrorKind {
         Some("READONLY") => return NodeErrorKind::ReadOnly,
         Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return NodeErrorKind::Auth,
         Some("LOADING" | "BUSY" | "MASTERDOWN") => return NodeErrorKind::Busy,
+        // The fencing script's own error for a bad counter.
+        Some("QLCOUNTER") => return NodeErrorKind::InvalidCounter,
+        Some("QLNOTEMPTY") => return NodeErrorKind::NotEmpty,
         _ => {}
     }
     if e.kind() == redis::ErrorKind::AuthenticationFailed {
@@ -714,5 +933,75 @@ fn display_name(info: &ConnectionInfo) -> String {
         ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}{db}"),
         ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}{db}"),
         other => format!("{other}{db}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ZEROS: &str = "0000000000000000000000000000000000000000";
+
+    fn history(role: &str, replid2: &str, uptime: &str) -> ServerHistory {
+        let server =
+            format!("# Server\r\nrun_id:d6bd7b06a87d842a1099\r\nuptime_in_seconds:{uptime}\r\n");
+        let replication = format!("# Replication\r\nrole:{role}\r\nmaster_replid2:{replid2}\r\n");
+        ServerHistory::parse(&server, &replication)
+    }
+
+    #[test]
+    fn a_master_never_promoted_is_complete_since_it_started() {
+        let h = history("master", ZEROS, "3600");
+        assert_eq!(h.run_id, "d6bd7b06a87d842a1099");
+        assert_eq!(h.complete_for, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn a_promoted_master_a_replica_or_an_unreadable_info_date_from_now() {
+        let promoted = "0ad8dc904e714fcc46ab99cec0d5b766149a09f0";
+        assert_eq!(
+            history("master", promoted, "3600").complete_for,
+            Duration::ZERO
+        );
+        assert_eq!(history("slave", ZEROS, "3600").complete_for, Duration::ZERO);
+        assert_eq!(
+            history("master", ZEROS, "soon").complete_for,
+            Duration::ZERO
+        );
+        // No run_id: a fresh one, never the marker's.
+        let blank = ServerHistory::parse("", "");
+        assert_eq!(blank.complete_for, Duration::ZERO);
+        assert_ne!(blank.run_id, ServerHistory::parse("", "").run_id);
+    }
+
+    #[test]
+    fn counters_outside_the_exact_range_are_refused() {
+        let node = Node::new(
+            Client::open("redis://127.0.0.1:1").expect("url"),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            false,
+        );
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(node.counter(&Value::Nil).ok(), Some(None));
+        assert_eq!(node.counter(&bulk("0")).ok(), Some(Some(0)));
+        assert_eq!(
+            node.counter(&bulk("9007199254740990")).ok(),
+            Some(Some(MAX_COUNTER))
+        );
+        for bad in [
+            "9007199254740991",
+            "18446744073709551616",
+            "-1",
+            "1.5",
+            "",
+            "abc",
+            "+1",
+        ] {
+            let e = node.counter(&bulk(bad)).expect_err(bad);
+            assert_eq!(e.kind(), NodeErrorKind::InvalidCounter, "{bad}");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        assert!(node.counter(&Value::Int(-1)).is_err());
     }
 }

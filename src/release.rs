@@ -144,7 +144,7 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
         |i| core.nodes[i].handoff(entry.clone(), next.entry.clone(), ttl_ms),
         |i, reply| {
             let (released, acquired) = match reply {
-                Ok((released, acquired)) => (Ok(released), Ok(acquired)),
+                Ok((released, acquired)) => (Ok(released), acquired),
                 Err(e) => (Err(e.clone()), Err(e)),
             };
             tally.record(i, released);

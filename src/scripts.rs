@@ -1,6 +1,10 @@
 //! The Lua scripts that touch lock keys. Every write is conditional on the
 //! owner token inside one script, so no client can delete or extend a lock it
 //! does not own.
+//!
+//! Every script that casts a vote starts with `scripts/epoch.lua`: the
+//! node's epoch check, in the same call as the vote (see
+//! [`crate::node`] for what a young node's answer means).
 
 use std::sync::LazyLock;
 
@@ -22,31 +26,77 @@ impl Script {
 /// `SET NX PX` for every key of a guard at once, all or nothing, plus:
 /// re-entry by the same owner adds a hold, a foreign holder's PTTL is
 /// returned, and each key's fencing counter is read.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/acquire.lua")
+    ))
+});
 /// Compare-and-delete of one hold; the key goes with its last hold, and the
 /// node announces that it is free.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 /// Compare-and-expire.
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/extend.lua")
+    ))
+});
 /// The watchdog's renewal of a group of locks: compare-and-expire, or
 /// re-take when absent.
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/renew.lua")
+    ))
+});
 
 /// Raises the fencing counters to a token while the keys are ours.
-pub(crate) static FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
+pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/fence.lua")
+    ))
+});
 
 /// Release one hold and take the freed lock for the next waiter.
-pub(crate) static HANDOFF: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/handoff.lua")));
+pub(crate) static HANDOFF: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/handoff.lua")
+    ))
+});
+
+/// Reads fencing counters, with the epoch check.
+pub(crate) static READ_FENCES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/read_fences.lua")
+    ))
+});
+
+/// The epoch check run once per connection, before any vote.
+pub(crate) static EPOCH_CHECK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/epoch_check.lua")));
+
+/// Adopts a brand-new, empty node: its epoch starts at once.
+pub(crate) static ADOPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/adopt.lua")));
 
 /// Every script, loaded on each new connection.
-pub(crate) fn all() -> [&'static Script; 6] {
-    [&ACQUIRE, &RELEASE, &EXTEND, &RENEW, &FENCE, &HANDOFF]
+pub(crate) fn all() -> [&'static Script; 9] {
+    [
+        &ACQUIRE,
+        &RELEASE,
+        &EXTEND,
+        &RENEW,
+        &FENCE,
+        &HANDOFF,
+        &READ_FENCES,
+        &EPOCH_CHECK,
+        &ADOPT,
+    ]
 }
 
 #[cfg(test)]

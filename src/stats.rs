@@ -86,6 +86,10 @@ pub struct NodeStats {
     /// Renew script calls sent to this node by the watchdog: one per group
     /// of up to 256 locks, however many guards are watched.
     pub renew_calls: u64,
+    /// Answers that did not count because the node was quarantined (its
+    /// data may be incomplete: restarted, promoted, or new to this client).
+    /// A renew call answers for every guard of its group at once.
+    pub quarantined: u64,
 }
 
 /// The lock-level counters behind [`LockStats`].
@@ -120,6 +124,7 @@ pub(crate) struct NodeCounters {
     pub(crate) errors: AtomicU64,
     pub(crate) timeouts: AtomicU64,
     pub(crate) renew_calls: AtomicU64,
+    pub(crate) quarantined: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -167,6 +172,7 @@ impl NodeCounters {
             errors: self.errors.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             renew_calls: self.renew_calls.load(Ordering::Relaxed),
+            quarantined: self.quarantined.load(Ordering::Relaxed),
         }
     }
 }

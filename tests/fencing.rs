@@ -78,7 +78,6 @@ fn held_indices(testbed: &Testbed, guard: &LockGuard) -> Vec<usize> {
 async fn naive_max_of_incr_regresses_on_the_counterexample_but_ours_does_not() {
     const NAME: &str = "account:42";
     let naive_key = format!("naive:fence:{NAME}");
-    let fence_key = format!("quorumlock:fence:{NAME}");
     let persistent = NodeOptions {
         persistence: Persistence::AofAlways,
         ..NodeOptions::default()
@@ -94,16 +93,22 @@ async fn naive_max_of_incr_regresses_on_the_counterexample_but_ours_does_not() {
         .expect("resource");
     // A long TTL (nothing expires during the test) and a node timeout that
     // a busy machine does not hit on a live node.
+    // The nodes lose nothing on a restart (AOF, `appendfsync always`):
+    // declared durable, they keep their epoch and vote at once.
     let config = LockConfig::builder()
         .nodes(testbed.urls())
+        .durable_nodes(testbed.urls())
         .ttl(Duration::from_secs(10))
         .node_timeout(Duration::from_millis(500))
         .build()
         .expect("valid configuration");
+    // The marker of a durable node lives in its AOF: connect once so that
+    // every node has it before the counters are set.
+    let _ = common::connected(MultiLock::new(config.clone())).await;
 
     for (i, start) in [10, 1, 1].into_iter().enumerate() {
         set_on(testbed.node(i), &naive_key, start);
-        set_on(testbed.node(i), &fence_key, start);
+        common::set_fence_on(testbed.node(i), NAME, start);
     }
 
     // A, with n3 down: wins exactly {n1, n2}.

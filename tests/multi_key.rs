@@ -309,7 +309,9 @@ async fn the_watchdog_keeps_every_name_alive_and_heals_each_on_a_wiped_node() {
             && guard.nodes().all(|(_, h)| h == Hold::Held)
     })
     .await;
-    assert!(lock.stats().healed >= 1);
+    // Re-taken while the wiped node was quarantined (its answers did not
+    // count until a TTL after its restart), counted from then on.
+    assert!(lock.stats().nodes[1].quarantined >= 1);
     for key in keys {
         assert_eq!(common::holds_on(testbed.node(1), key), 1, "{key:?}");
         let pttl = common::pttl_on(testbed.node(1), key);

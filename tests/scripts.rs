@@ -50,7 +50,9 @@ async fn scripts_survive_script_flush() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_survive_a_node_restart() {
     let mut testbed = Testbed::start(3).expect("testbed");
-    let lock = common::lock(&testbed);
+    // About script caches, not data loss: the quarantine of the restarted
+    // nodes is off here (tests/quarantine.rs is about it).
+    let lock = common::lock_with(&testbed, |b| b.quarantine(Duration::ZERO));
     lock.try_acquire("restart")
         .await
         .expect("first acquire")

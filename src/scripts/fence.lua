@@ -1,10 +1,18 @@
 -- Raise the fencing counters of a guard's lock keys to a token, only while
 -- every key carries our owner token (so only a holder raises, and only with
--- a token it computed from a sound read: see src/fence.rs).
+-- a token it computed from a sound read: see the fence module).
 -- KEYS[1..m] lock keys, KEYS[m+1..2m] their fencing counters.
--- ARGV[1] owner token, ARGV[2] the fencing token p.
+-- ARGV[1] owner token, ARGV[2] the fencing token p, ARGV[3] the quarantine
+-- in ms (unused: a raise is not a vote, and a young node's raise is as good
+-- as any, see epoch.lua).
+-- Each counter becomes max(its value, p), stamped with this node's epoch:
+-- "<value> <epoch id>". Counters never go down within an epoch.
 -- Reply: 1 every counter is now >= p; 0 some key is not ours (nothing
--- written). Counters never go down.
+-- written).
+-- A counter that is not a whole number in [0, 2^53 - 1) (the range the
+-- client accepts, exact in Lua's doubles) is an error reply naming the key,
+-- before anything is written: a bad value is never raised or copied.
+quorumlock_young()
 local m = #KEYS / 2
 for i = 1, m do
   if redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
@@ -12,10 +20,20 @@ for i = 1, m do
   end
 end
 local p = tonumber(ARGV[2])
+local current = {}
 for i = 1, m do
-  local c = tonumber(redis.call('GET', KEYS[m + i]) or '0')
-  if c < p then
-    redis.call('SET', KEYS[m + i], ARGV[2])
+  local raw = quorumlock_counter(KEYS[m + i])
+  local c = 0
+  if raw then
+    c = string.match(raw, '^%d+$') and tonumber(raw)
+    if not c or c >= 9007199254740991 then
+      return redis.error_reply('QLCOUNTER fencing counter ' .. KEYS[m + i] .. ' is not a counter')
+    end
   end
+  current[i] = c
+end
+for i = 1, m do
+  local value = math.max(current[i], p)
+  redis.call('SET', KEYS[m + i], string.format('%d', value) .. ' ' .. quorumlock_epoch_id)
 end
 return 1

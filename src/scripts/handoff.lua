@@ -3,14 +3,16 @@
 -- a release, a notice and an acquire would take three steps.
 -- KEYS[1] lock key, KEYS[2] its fencing counter.
 -- ARGV[1] releasing owner token, ARGV[2] its entry id;
--- ARGV[3] next owner token, ARGV[4] its entry id, ARGV[5] TTL in ms.
--- Reply: {r, 1, counter}: the next owner holds the key now (counter -1:
---        none on this node);
+-- ARGV[3] next owner token, ARGV[4] its entry id, ARGV[5] TTL in ms,
+-- ARGV[6] the quarantine in ms (epoch.lua).
+-- Reply: {r, 1, value, current}: the next owner holds the key now (its
+--        fencing counter as acquire.lua returns it);
 --        {r, 0, pttl}: it does not (the key stays held: another hold of the
 --        releasing owner, or another owner).
 -- r as in release.lua: 0 the hold was not here, 1 given back and the key
 -- deleted, 2 given back, the owner's other holds keep the key.
 -- Nothing is published: the lock does not become free on this node.
+local young = quorumlock_young()
 local r = 0
 local found = redis.call('HMGET', KEYS[1], 'owner', ARGV[2])
 if found[1] == ARGV[1] and found[2] then
@@ -25,6 +27,7 @@ end
 if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'owner', ARGV[3], ARGV[4], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  return {r, 1, tonumber(redis.call('GET', KEYS[2]) or -1)}
+  local value, current = quorumlock_counter(KEYS[2])
+  return quorumlock_answer(young, {r, 1, value, current})
 end
-return {r, 0, redis.call('PTTL', KEYS[1])}
+return quorumlock_answer(young, {r, 0, redis.call('PTTL', KEYS[1])})

@@ -262,10 +262,47 @@ impl RedisNode {
         }
         self.paused = false;
         if self.port_fixed {
-            self.start_on_fixed_port()
-        } else {
-            self.start_on_fresh_port()
+            return self.start_on_fixed_port();
         }
+        self.start_on_fresh_port()?;
+        if !self.options.skip_adoption {
+            self.adopt()?;
+        }
+        Ok(())
+    }
+
+    /// Adopts the node for quorumlock (see [`NodeOptions::skip_adoption`]);
+    /// a replica (read-only) is left as it is.
+    fn adopt(&self) -> Result<(), TestbedError> {
+        let url = self.url();
+        let port = self.port;
+        // Its own thread and runtime: the caller may be inside a runtime.
+        let outcome = thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async move {
+                let config = quorumlock::LockConfig::builder()
+                    .node(url)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let lock = quorumlock::MultiLock::new(config);
+                match lock.adopt_empty_nodes().await.pop() {
+                    Some(Ok(())) => Ok(()),
+                    Some(Err(e)) if e.kind() == quorumlock::NodeErrorKind::ReadOnly => Ok(()),
+                    Some(Err(e)) => Err(e.to_string()),
+                    None => Err("no node".to_string()),
+                }
+            })
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the adoption thread panicked".to_string()));
+        outcome.map_err(|reason| TestbedError::StartFailed {
+            port,
+            reason: format!("adopting the fresh node for quorumlock: {reason}"),
+            log_tail: self.log_tail(20),
+        })
     }
 
     /// Kills the server (if running), deletes its data files if

@@ -29,6 +29,13 @@ pub struct NodeOptions {
     /// its clock run fast or slow or step it; see [`crate::fakeclock`].
     /// Restarts keep the shim. Defaults to `false` (the real clock).
     pub fake_clock: bool,
+    /// Leave a freshly started node unadopted, so that quarantine applies
+    /// to it as to any server quorumlock meets with no history. By default
+    /// (`false`) the first start of a node adopts it
+    /// ([`quorumlock::MultiLock::adopt_empty_nodes`]): it is brand new and
+    /// empty, and tests that are not about the quarantine need not wait it
+    /// out. Restarts are never adopted.
+    pub skip_adoption: bool,
 }
 
 /// How [`RedisNode::restart`](crate::RedisNode::restart) brings a node back.

@@ -28,6 +28,23 @@ impl Testbed {
         Self::start_with(n, NodeOptions::default())
     }
 
+    /// Starts `n` servers that quorumlock meets with no history: they are
+    /// not adopted ([`NodeOptions::skip_adoption`]), so the quarantine
+    /// applies to them.
+    ///
+    /// # Errors
+    ///
+    /// See [`Testbed::start_with`].
+    pub fn start_unadopted(n: usize) -> Result<Self, TestbedError> {
+        Self::start_with(
+            n,
+            NodeOptions {
+                skip_adoption: true,
+                ..NodeOptions::default()
+            },
+        )
+    }
+
     /// Starts `n` servers with `options`, using the binary found by
     /// [`redis_server_binary`]. Returns once every server answers `PING`.
     ///

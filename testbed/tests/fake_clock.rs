@@ -22,8 +22,10 @@ const POLL: Duration = Duration::from_millis(5);
 const SKEW_TOLERANCE_MS: i64 = 50;
 
 fn fake_clock_options() -> NodeOptions {
+    // Raw server behaviour under the shim: no quorumlock marker key.
     NodeOptions {
         fake_clock: true,
+        skip_adoption: true,
         ..NodeOptions::default()
     }
 }
@@ -468,6 +470,7 @@ fn fast_clock_survives_key_churn() -> TestResult {
             ("appendfsync".into(), "everysec".into()),
             ("hz".into(), "50".into()),
         ],
+        skip_adoption: true,
     };
     let testbed = Testbed::start_with(2, options)?;
     let node = testbed.node(0);

@@ -48,13 +48,40 @@ pub fn holds_on(node: &RedisNode, key: &str) -> usize {
     fields.saturating_sub(1)
 }
 
-/// The fencing counter of lock `key` on one node (`None`: absent).
+/// The fencing counter of lock `key` on one node (`None`: absent). Stored
+/// as `<value> <epoch id>`; this is the value.
 pub fn fence_on(node: &RedisNode, key: &str) -> Option<u64> {
     let mut conn = node.connection().expect("inspect node");
-    redis::cmd("GET")
+    let raw: Option<String> = redis::cmd("GET")
         .arg(format!("quorumlock:fence:{key}"))
         .query(&mut conn)
-        .expect("GET fence")
+        .expect("GET fence");
+    raw.map(|raw| {
+        let value = raw.split(' ').next().unwrap_or_default();
+        value.parse().expect("a counter value")
+    })
+}
+
+/// The node's current epoch id (from its `quorumlock:epoch` marker), for
+/// writing a counter the node takes as current.
+pub fn epoch_on(node: &RedisNode) -> String {
+    let mut conn = node.connection().expect("inspect node");
+    let marker: String = redis::cmd("GET")
+        .arg("quorumlock:epoch")
+        .query(&mut conn)
+        .expect("the node has an epoch marker");
+    marker.split(' ').nth(1).expect("an epoch id").to_string()
+}
+
+/// Sets the fencing counter of lock `key` on one node to `value`, current
+/// in the node's epoch.
+pub fn set_fence_on(node: &RedisNode, key: &str, value: u64) {
+    let mut conn = node.connection().expect("inspect node");
+    let () = redis::cmd("SET")
+        .arg(format!("quorumlock:fence:{key}"))
+        .arg(format!("{value} {}", epoch_on(node)))
+        .query(&mut conn)
+        .expect("SET fence");
 }
 
 /// The value of `key` on every node, in order.

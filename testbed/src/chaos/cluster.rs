@@ -298,8 +298,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// The lock keys on every node (fencing counters excluded), as
-    /// `n<i>:<key>`, read from the serving servers directly.
+    /// The lock keys on every node (fencing counters and the node's epoch
+    /// marker excluded: they are meant to stay), as `n<i>:<key>`, read from
+    /// the serving servers directly.
     pub fn lock_keys(&self) -> Result<Vec<String>, TestbedError> {
         let mut found = Vec::new();
         for i in 0..self.slots.len() {
@@ -308,7 +309,7 @@ impl Cluster {
             let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con)?;
             found.extend(
                 keys.into_iter()
-                    .filter(|k| !k.starts_with("quorumlock:fence:"))
+                    .filter(|k| !k.starts_with("quorumlock:fence:") && k != "quorumlock:epoch")
                     .map(|k| format!("n{i}:{k}")),
             );
         }

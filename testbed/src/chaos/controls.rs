@@ -156,11 +156,15 @@ impl Client {
         nodes: Vec<String>,
         ttl: Duration,
     ) -> Result<Client, ChaosError> {
+        // The quarantine off: it is one of the assumptions the controls
+        // break on purpose (with it, an immediate restart or a single
+        // node's failover casts no vote for a TTL, and nothing overlaps).
         let config = LockConfig::builder()
             .nodes(nodes)
             .quorum(Quorum::Majority)
             .ttl(ttl)
             .node_timeout(Duration::from_millis(200))
+            .quarantine(Duration::ZERO)
             .build()
             .map_err(|e| ChaosError::Options(e.to_string()))?;
         let lock = MultiLock::new(config);

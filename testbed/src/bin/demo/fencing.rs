@@ -103,14 +103,23 @@ async fn on_node<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> Resul
 }
 
 /// The fencing counter of `name` on every node (`Ok(None)`: absent;
-/// `Err`: the node is down or did not answer).
+/// `Err`: the node is down or did not answer). Stored as
+/// `<value> <epoch id>`; this is the value.
 async fn fence_counters(testbed: &Testbed, name: &str) -> Vec<Result<Option<u64>, String>> {
     let mut cmd = redis::cmd("GET");
     cmd.arg(format!("quorumlock:fence:{name}"));
     let mut out = Vec::with_capacity(testbed.len());
     for node in testbed.nodes() {
         out.push(if node.is_running() {
-            on_node(&node.url(), &cmd).await
+            on_node::<Option<String>>(&node.url(), &cmd)
+                .await
+                .and_then(|raw| {
+                    raw.map(|raw| {
+                        let value = raw.split(' ').next().unwrap_or_default();
+                        value.parse().map_err(|_| format!("not a counter: {raw}"))
+                    })
+                    .transpose()
+                })
         } else {
             Err("down".to_string())
         });

@@ -446,6 +446,20 @@ fn lock_config(urls: Vec<String>, watchdog: bool) -> Result<LockConfig, ConfigEr
 /// Waits until nodes without persistence that went down at `down_since` may
 /// rejoin: they come back empty, so they stay out until the TTL has passed
 /// (delayed restart rule).
+/// Waits out the quarantine of nodes just restarted: they cast no vote
+/// until it has passed (the library's default quarantine: the TTL).
+async fn wait_out_quarantine(stats: &Stats, testbed: &Testbed, nodes: &[usize]) {
+    event(
+        stats,
+        &format!(
+            "{} cast no vote for their quarantine ({:.1}s: their data may be incomplete); waiting it out",
+            node_list(testbed, nodes),
+            TTL.as_secs_f64()
+        ),
+    );
+    tokio::time::sleep(TTL + Duration::from_millis(50)).await;
+}
+
 async fn wait_out_ttl(stats: &Stats, down_since: Instant) {
     let rejoin_at = down_since + TTL;
     let now = Instant::now();

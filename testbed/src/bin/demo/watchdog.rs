@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::{
     NODES, Stats, TTL, WAIT, connect, event, kill_nodes, kind_name, lock_config, node_list,
-    start_nodes, wait_out_ttl,
+    start_nodes, wait_out_quarantine, wait_out_ttl,
 };
 
 /// The watchdog part's locks: fresh keys, never touched by the phases.
@@ -224,6 +224,7 @@ pub(crate) async fn ensure_all_up(
             node_list(testbed, &down)
         ),
     );
+    wait_out_quarantine(stats, testbed, &down).await;
     Ok(())
 }
 
@@ -291,7 +292,6 @@ async fn long_job(
     let control = long_job_control(
         testbed,
         stats,
-        holder,
         contender_lock,
         &contender,
         &printed,
@@ -407,7 +407,6 @@ async fn long_job_work(
 async fn long_job_control(
     testbed: &mut Testbed,
     stats: &Stats,
-    holder: &MultiLock,
     contender_lock: &MultiLock,
     contender: &Arc<Contender>,
     printed: &AtomicUsize,
@@ -442,7 +441,7 @@ async fn long_job_control(
     event(
         stats,
         &format!(
-            "node {RESTARTED} is back, empty: the owner there is {}",
+            "node {RESTARTED} is back, empty: the owner there is {}; it casts no vote for its quarantine (the TTL), but the renewals re-take the key there meanwhile",
             key_text(&found, held.token())
         ),
     );
@@ -452,7 +451,8 @@ async fn long_job_control(
     while Instant::now() < job_ends && held.is_held() {
         tokio::time::sleep(POLL).await;
         let all_held = held.nodes().all(|(_, h)| h == Hold::Held);
-        if holder.stats().healed == 0 || !all_held {
+        // Re-taken at once, counted once the node's quarantine has passed.
+        if !all_held {
             continue;
         }
         let found = read_key(&url, LONG_JOB_KEY).await;
@@ -721,7 +721,9 @@ pub(crate) fn watchdog_summary(w: &WatchdogOutcome) -> bool {
     );
     check(
         "restarted node healed with the holder's token",
-        (w.long_job.healed_after.is_none() || s.healed == 0)
+        w.long_job
+            .healed_after
+            .is_none()
             .then(|| "no renewal re-took the key while the job ran".to_string()),
     );
     let notice = w.lost.notice.as_ref();

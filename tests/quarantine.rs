@@ -1,0 +1,280 @@
+//! Data loss on a node never breaks the lock or its fencing tokens: a node
+//! whose data may be incomplete (restarted, promoted, met with no history)
+//! casts no vote until the quarantine has passed, and fencing counters are
+//! stamped with the node's epoch.
+
+mod common;
+
+use std::time::Duration;
+
+use quorumlock::{Error, LockConfigBuilder, MultiLock, NodeErrorKind, NodeOutcome};
+use quorumlock_testbed::{RedisNode, Restart, Testbed};
+
+const NAME: &str = "payment:4711";
+
+/// Another owner's hold on `key` on one node, as its acquire script leaves
+/// it (an owner token and one entry), with a TTL.
+fn plant_foreign_hold(node: &RedisNode, key: &str, ttl: Duration) {
+    let mut conn = node.connection().expect("inspect node");
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(key)
+        .arg("owner")
+        .arg("0123456789abcdef0123456789abcdef")
+        .arg("0000000000000001")
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(key)
+        .arg(ttl.as_millis() as u64)
+        .ignore()
+        .query(&mut conn)
+        .expect("plant a foreign hold");
+}
+
+fn remove(node: &RedisNode, key: &str) {
+    let mut conn = node.connection().expect("inspect node");
+    let () = redis::cmd("DEL")
+        .arg(key)
+        .query::<i64>(&mut conn)
+        .map(|_| ())
+        .expect("DEL");
+}
+
+/// The schedule that broke plain Redlock: A holds exactly a bare majority
+/// {n0, n1, n2} of 5 (a third party holds n3 and n4); n2 restarts empty at
+/// once (to a lock, what a failover to a lagging replica looks like); the
+/// third party lets go; B tries. Returns whether B won while A still held.
+async fn bare_majority_trial(
+    testbed: &mut Testbed,
+    a: &MultiLock,
+    b: &MultiLock,
+    ttl: Duration,
+) -> bool {
+    for node in &testbed.nodes()[3..] {
+        plant_foreign_hold(node, NAME, ttl);
+    }
+    let guard = a.try_acquire(NAME).await.expect("A wins n0, n1, n2");
+    testbed
+        .node_mut(2)
+        .restart(Restart::immediate().wiping())
+        .expect("restart n2 empty");
+    for node in &testbed.nodes()[3..] {
+        remove(node, NAME);
+    }
+    let overlap = match b.try_acquire(NAME).await {
+        Ok(second) => {
+            let both = guard.is_held() && second.is_held();
+            second.release().await;
+            both
+        }
+        Err(Error::QuorumNotReached { nodes, .. } | Error::Contended { nodes, .. }) => {
+            // Refused: A holds n0 and n1, and n2 is quarantined (the error
+            // says so): B's n3 and n4 are no majority.
+            match &nodes.as_slice()[2].outcome {
+                NodeOutcome::Failed(e) => {
+                    assert_eq!(e.kind(), NodeErrorKind::Quarantined, "{e}");
+                    assert!(e.quarantine_left().is_some_and(|left| left <= ttl));
+                }
+                other => panic!("n2: expected its quarantine, got {other:?}"),
+            }
+            false
+        }
+        Err(other) => panic!("B: unexpected {other:?}"),
+    };
+    assert!(guard.is_held(), "A holds throughout");
+    guard.release().await;
+    // The next trial starts from five voting nodes: n2 is empty again, and
+    // adopting it is the operator's word that it is new.
+    common::wait_until_gone(testbed, NAME, "A released").await;
+    let adopted = a.adopt_empty_nodes().await;
+    assert!(adopted[2].is_ok(), "{adopted:?}");
+    overlap
+}
+
+fn settings(
+    ttl: Duration,
+    watchdog: bool,
+    quarantine: Option<Duration>,
+) -> impl Fn(LockConfigBuilder) -> LockConfigBuilder {
+    move |b| {
+        let b = b.ttl(ttl).node_timeout(ttl / 10).watchdog(watchdog);
+        match quarantine {
+            Some(q) => b.quarantine(q),
+            None => b,
+        }
+    }
+}
+
+async fn bare_majority_trials(
+    watchdog: bool,
+    quarantine: Option<Duration>,
+    trials: usize,
+) -> usize {
+    let ttl = Duration::from_secs(10);
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let a = common::connected(common::lock_with(
+        &testbed,
+        settings(ttl, watchdog, quarantine),
+    ))
+    .await;
+    let b = common::connected(common::lock_with(
+        &testbed,
+        settings(ttl, watchdog, quarantine),
+    ))
+    .await;
+    let mut overlaps = 0;
+    for _ in 0..trials {
+        overlaps += usize::from(bare_majority_trial(&mut testbed, &a, &b, ttl).await);
+    }
+    overlaps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_majority_survives_an_immediate_empty_restart_without_the_watchdog() {
+    assert_eq!(bare_majority_trials(false, None, 50).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_majority_survives_an_immediate_empty_restart_with_the_watchdog() {
+    assert_eq!(bare_majority_trials(true, None, 50).await, 0);
+}
+
+/// The negative control: the same schedule with the quarantine off gives
+/// the second owner the lock while the first holds it, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_quarantine_the_same_schedule_overlaps() {
+    assert_eq!(
+        bare_majority_trials(false, Some(Duration::ZERO), 5).await,
+        5
+    );
+}
+
+/// Servers just started, met with no history: no vote until the
+/// quarantine has passed, and the refusal says how long each node has left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn just_started_servers_vote_after_the_quarantine_and_say_when() {
+    let testbed = Testbed::start_unadopted(3).expect("testbed");
+    let quarantine = Duration::from_millis(1500);
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(Duration::from_secs(1))
+            .node_timeout(Duration::from_millis(100))
+            .quarantine(quarantine)
+    }))
+    .await;
+    let refused = match lock.try_acquire(NAME).await {
+        Err(Error::QuorumNotReached { nodes, won: 0, .. }) => nodes,
+        other => panic!("expected every node quarantined, got {other:?}"),
+    };
+    // Decided as soon as two of three said no: the third may be unheard.
+    let lefts: Vec<Duration> = refused
+        .iter()
+        .filter_map(|r| match &r.outcome {
+            NodeOutcome::Failed(e) if e.kind() == NodeErrorKind::Quarantined => {
+                Some(e.quarantine_left().expect("how long"))
+            }
+            NodeOutcome::NoReplyBeforeDecision => None,
+            other => panic!("{}: expected quarantined, got {other:?}", r.node),
+        })
+        .collect();
+    assert!(lefts.len() >= 2, "{refused}");
+    assert!(lefts.iter().all(|left| *left <= quarantine), "{lefts:?}");
+    let longest = lefts.iter().max().copied().unwrap_or_default();
+    // The wait the error reported is the wait it takes.
+    let guard = lock
+        .acquire(NAME, longest + Duration::from_secs(2))
+        .await
+        .expect("won once the quarantine has passed");
+    guard.release().await;
+}
+
+/// An operator adopts brand-new, empty servers at once; a server that
+/// holds anything is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopting_empty_servers_lets_them_vote_at_once() {
+    let testbed = Testbed::start_unadopted(3).expect("testbed");
+    {
+        let mut conn = testbed.node(2).connection().expect("inspect node");
+        let () = redis::cmd("SET")
+            .arg("someone:else")
+            .arg("1")
+            .query(&mut conn)
+            .expect("SET");
+    }
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(Duration::from_secs(10))
+    }))
+    .await;
+    let adopted = lock.adopt_empty_nodes().await;
+    assert!(adopted[0].is_ok() && adopted[1].is_ok(), "{adopted:?}");
+    match &adopted[2] {
+        Err(e) => assert_eq!(e.kind(), NodeErrorKind::NotEmpty, "{e}"),
+        Ok(()) => panic!("a node holding a key was adopted"),
+    }
+    let guard = lock.try_acquire(NAME).await.expect("two adopted nodes");
+    assert_eq!(guard.held_nodes().count(), 2);
+    assert_eq!(
+        guard.fencing_token().await.expect("token"),
+        1,
+        "a new name on adopted nodes"
+    );
+    guard.release().await;
+}
+
+/// Every node restarted empty in turn, by the book (never two at once,
+/// each back in the quorum before the next goes): the next holder's
+/// fencing token is still above every earlier one, with no holder between
+/// the restarts and with one holder throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_rise_across_a_rolling_empty_restart_of_every_node() {
+    let ttl = Duration::from_secs(1);
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(ttl).node_timeout(ttl / 10).watchdog(true)
+    }))
+    .await;
+    let mut last = 0;
+    for _ in 0..3 {
+        let guard = lock.try_acquire(NAME).await.expect("free");
+        let token = guard.fencing_token().await.expect("token");
+        assert!(token > last);
+        last = token;
+        guard.release().await;
+    }
+    assert_eq!(last, 3, "adopted nodes: a new name starts at 1");
+
+    for round in 0..2 {
+        // Round 1: one holder keeps the lock throughout (the watchdog heals
+        // each restarted node).
+        let holder = if round == 1 {
+            let guard = lock.try_acquire(NAME).await.expect("free");
+            let token = guard.fencing_token().await.expect("token");
+            assert!(token > last);
+            last = token;
+            Some(guard)
+        } else {
+            None
+        };
+        for i in 0..5 {
+            testbed
+                .node_mut(i)
+                .restart(Restart::immediate().wiping())
+                .expect("restart empty");
+            // The schedule: the next node goes once this one is back in
+            // the quorum (its quarantine, one TTL, has passed).
+            tokio::time::sleep(ttl + ttl / 2).await;
+        }
+        if let Some(guard) = holder {
+            assert!(guard.is_held(), "held throughout the rolling restart");
+            guard.release().await;
+        }
+        let next = lock
+            .acquire(NAME, ttl * 3)
+            .await
+            .expect("free after the restarts");
+        let token = next.fencing_token().await.expect("token");
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+        next.release().await;
+    }
+}

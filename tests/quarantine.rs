@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockConfigBuilder, MultiLock, NodeErrorKind, NodeOutcome};
-use quorumlock_testbed::{RedisNode, Restart, Testbed};
+use quorumlock::{Error, LockConfig, LockConfigBuilder, MultiLock, NodeErrorKind, NodeOutcome};
+use quorumlock_testbed::{NodeOptions, Proxy, RedisNode, ReplicaPair, Restart, Testbed};
 
 const NAME: &str = "payment:4711";
 
@@ -277,4 +277,60 @@ async fn fencing_tokens_rise_across_a_rolling_empty_restart_of_every_node() {
         last = token;
         next.release().await;
     }
+}
+
+/// The other way a node loses data: its master fails over to a replica
+/// that never saw the lock. 3 nodes, n0 a master with an async replica
+/// behind a proxy (clients keep their address); A holds exactly {n0, n1}
+/// (a third party holds n2) with the replication link cut; n0 fails over;
+/// the third party lets go; B tries. Returns whether B won while A held.
+async fn failover_trial(quarantine: Option<Duration>) -> bool {
+    let ttl = Duration::from_secs(10);
+    let mut pair = ReplicaPair::start(NodeOptions::default()).expect("replica pair");
+    let proxy = Proxy::start(pair.master().addr()).expect("proxy");
+    let others = Testbed::start(2).expect("testbed");
+    let urls: Vec<String> = std::iter::once(proxy.url()).chain(others.urls()).collect();
+    let build = |b: LockConfigBuilder| settings(ttl, false, quarantine)(b.nodes(urls.clone()));
+    let a = MultiLock::new(build(LockConfig::builder()).build().expect("config"));
+    let b = MultiLock::new(build(LockConfig::builder()).build().expect("config"));
+    let (a, b) = (common::connected(a).await, common::connected(b).await);
+
+    plant_foreign_hold(others.node(1), NAME, ttl);
+    pair.cut_link().expect("cut the replication link");
+    let guard = a.try_acquire(NAME).await.expect("A wins n0 and n1");
+    let promoted = pair.fail_over().expect("fail over");
+    proxy.set_upstream(promoted);
+    remove(others.node(1), NAME);
+    let overlap = match b.try_acquire(NAME).await {
+        Ok(second) => {
+            let both = guard.is_held() && second.is_held();
+            second.release().await;
+            both
+        }
+        Err(Error::QuorumNotReached { nodes, .. } | Error::Contended { nodes, .. }) => {
+            match &nodes.as_slice()[0].outcome {
+                NodeOutcome::Failed(e) => assert_eq!(e.kind(), NodeErrorKind::Quarantined, "{e}"),
+                other => panic!("n0: expected the promoted replica quarantined, got {other:?}"),
+            }
+            false
+        }
+        Err(other) => panic!("B: unexpected {other:?}"),
+    };
+    assert!(guard.is_held(), "A holds throughout");
+    guard.release().await;
+    overlap
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_replica_that_never_saw_the_lock_is_quarantined() {
+    for trial in 0..5 {
+        assert!(!failover_trial(None).await, "trial {trial}: overlap");
+    }
+}
+
+/// The negative control of the failover: with the quarantine off the
+/// promoted replica votes for B while A still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_quarantine_a_failover_overlaps() {
+    assert!(failover_trial(Some(Duration::ZERO)).await);
 }

@@ -18,8 +18,13 @@ pub enum FaultKind {
     /// every acknowledged write is back.
     CrashRestartAof,
     /// `SIGKILL` a node without persistence and restart it empty after
-    /// more than the TTL (the delayed restart the algorithm requires).
+    /// more than the TTL (the delayed restart plain Redlock requires).
     CrashRestartDelayed,
+    /// `SIGKILL` a node without persistence and restart it empty at once:
+    /// it lost every lock it held. Plain Redlock breaks here (the negative
+    /// control `immediate_restart`); quorumlock's quarantine keeps the
+    /// node out of every quorum for a TTL.
+    CrashRestartEmpty,
     /// One node is a master with an async replica: the replication link
     /// is cut (iptables), locks are written to the master only, the master
     /// is killed and the replica promoted (`REPLICAOF NO ONE`); the node's
@@ -48,11 +53,12 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::NodePause,
         FaultKind::NodeStall,
         FaultKind::CrashRestartAof,
         FaultKind::CrashRestartDelayed,
+        FaultKind::CrashRestartEmpty,
         FaultKind::Failover,
         FaultKind::NetDelay,
         FaultKind::NetLoss,
@@ -71,6 +77,7 @@ impl FaultKind {
             FaultKind::NodeStall => "node_stall",
             FaultKind::CrashRestartAof => "crash_restart_aof",
             FaultKind::CrashRestartDelayed => "crash_restart_delayed",
+            FaultKind::CrashRestartEmpty => "crash_restart_empty",
             FaultKind::Failover => "failover",
             FaultKind::NetDelay => "net_delay",
             FaultKind::NetLoss => "net_loss",
@@ -91,6 +98,7 @@ impl FaultKind {
             | FaultKind::NodeStall
             | FaultKind::CrashRestartAof
             | FaultKind::CrashRestartDelayed
+            | FaultKind::CrashRestartEmpty
             | FaultKind::Failover => Lane::Node,
             FaultKind::NetDelay
             | FaultKind::NetLoss

@@ -487,7 +487,9 @@ fn inject(ctx: &Ctx<'_>, kind: FaultKind, rng: &mut StdRng) -> Result<(), ChaosE
         _ => {
             let fits = |role: Role| match kind {
                 FaultKind::CrashRestartAof => role == Role::Aof,
-                FaultKind::CrashRestartDelayed => role == Role::Volatile,
+                FaultKind::CrashRestartDelayed | FaultKind::CrashRestartEmpty => {
+                    role == Role::Volatile
+                }
                 FaultKind::Failover => role == Role::Replicated,
                 FaultKind::NetDelay
                 | FaultKind::NetLoss
@@ -555,6 +557,16 @@ fn inject_node(
                 format!("SIGKILL, restart empty after {down:?} (TTL {ttl:?})"),
             );
             let restarted = local(slot)?.restart(Restart::after(down).wiping());
+            ctx.end(fault);
+            restarted?;
+        }
+        FaultKind::CrashRestartEmpty => {
+            let fault = ctx.start(
+                kind,
+                &target,
+                "SIGKILL, restart empty at once (quarantined for the TTL)".into(),
+            );
+            let restarted = local(slot)?.restart(Restart::immediate().wiping());
             ctx.end(fault);
             restarted?;
         }

@@ -334,3 +334,39 @@ async fn a_failover_to_a_replica_that_never_saw_the_lock_is_quarantined() {
 async fn without_the_quarantine_a_failover_overlaps() {
     assert!(failover_trial(Some(Duration::ZERO)).await);
 }
+
+/// Servers that have run for longer than the quarantine, never promoted,
+/// met for the first time: dated from their start, they vote at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_running_servers_vote_at_once() {
+    let testbed = Testbed::start_unadopted(3).expect("testbed");
+    let quarantine = Duration::from_secs(1);
+    // `uptime_in_seconds` counts whole seconds: past 1 s once it reads 2.
+    common::wait_for(
+        "the servers to have run for 2 s",
+        Duration::from_secs(5),
+        || {
+            testbed.nodes().iter().all(|n| {
+                let mut conn = n.connection().expect("inspect node");
+                let info: String = redis::cmd("INFO")
+                    .arg("server")
+                    .query(&mut conn)
+                    .expect("INFO");
+                info.lines()
+                    .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .is_some_and(|s| s >= 2)
+            })
+        },
+    )
+    .await;
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(quarantine)
+            .node_timeout(Duration::from_millis(100))
+            .quarantine(quarantine)
+    }))
+    .await;
+    let guard = lock.try_acquire(NAME).await.expect("no quarantine");
+    assert!(lock.stats().nodes.iter().all(|n| n.quarantined == 0));
+    guard.release().await;
+}

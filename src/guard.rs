@@ -416,10 +416,12 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future does not leave the lock half released: the
-    /// guard is already ended (not held) when the future is first polled,
-    /// and the release requests already sent are finished in the
-    /// background; a node not yet sent to keeps the key until its TTL.
+    /// Dropping the future before it is first polled releases in the
+    /// background, as dropping the guard does. Dropping it later leaves the
+    /// guard ended (not held), but the release calls still unanswered are
+    /// dropped with it: a call already written runs on its node, one not
+    /// yet written is never sent, and that node keeps the key until its
+    /// TTL. Await the release to the end where that matters.
     pub async fn release(mut self) -> ReleaseReport {
         self.released = true;
         let HeldLock { lease, services } = self.held.clone();

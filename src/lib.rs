@@ -105,6 +105,7 @@ mod retry;
 mod stats;
 // 1 I/O: the nodes and the rounds sent to them.
 mod core;
+mod epoch;
 mod fanout;
 pub mod fenced;
 mod node;

@@ -28,7 +28,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "clock", "quorum", "keys", "retry", "error", "config", "stats", "owner",
         ],
     ),
-    ("I/O", &["scripts", "node", "fanout", "core", "fenced"]),
+    (
+        "I/O",
+        &["scripts", "epoch", "node", "fanout", "core", "fenced"],
+    ),
     ("state", &["lease"]),
     ("services", &["watchdog", "wake", "release"]),
     ("handles", &["guard"]),

@@ -1,0 +1,124 @@
+//! Node epochs: what the client checks when it (re)connects to a node, so
+//! that a node whose data may be incomplete is quarantined.
+//!
+//! The vote scripts judge the quarantine themselves (`scripts/epoch.lua`,
+//! in the same call as each vote). What they cannot see is which server
+//! process wrote the marker: a server restored from an RDB snapshot brings
+//! back an old marker. So on every new connection, before any vote, the
+//! client reads the server's `run_id` and history from `INFO` and runs
+//! `scripts/epoch_check.lua`, which replaces a marker of another process
+//! with a new epoch, dated from the server's start when `INFO` shows a
+//! master that was never promoted (it lost nothing since it started).
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{RedisError, Value};
+
+use crate::scripts;
+
+/// What `INFO server` and `INFO replication` say about a server's history.
+pub(crate) struct ServerHistory {
+    pub(crate) run_id: String,
+    /// How far back its data is known complete: the uptime of a master
+    /// never promoted (it lost nothing since it started), else zero.
+    pub(crate) complete_for: Duration,
+}
+
+impl ServerHistory {
+    pub(crate) async fn read(
+        conn: &mut MultiplexedConnection,
+    ) -> Result<ServerHistory, RedisError> {
+        let (server, replication): (String, String) = redis::pipe()
+            .cmd("INFO")
+            .arg("server")
+            .cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await?;
+        Ok(ServerHistory::parse(&server, &replication))
+    }
+
+    fn parse(server: &str, replication: &str) -> ServerHistory {
+        let field = |info: &str, name: &str| -> Option<String> {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+        };
+        // Unknown run_id: a fresh one, so the marker is never taken as this
+        // server's (the node then starts a new epoch).
+        let run_id = field(server, "run_id")
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()))
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        let uptime = field(server, "uptime_in_seconds").and_then(|s| s.parse::<u64>().ok());
+        let master = field(replication, "role").as_deref() == Some("master");
+        // A promotion gives a master a second replication id.
+        let never_promoted = field(replication, "master_replid2")
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b == b'0'));
+        let complete_for = match uptime {
+            Some(secs) if master && never_promoted => Duration::from_secs(secs),
+            _ => Duration::ZERO,
+        };
+        ServerHistory {
+            run_id,
+            complete_for,
+        }
+    }
+}
+
+/// The epoch check of a new connection (`scripts/epoch_check.lua`).
+pub(crate) async fn check_epoch(
+    conn: &mut MultiplexedConnection,
+    durable: bool,
+) -> Result<(), RedisError> {
+    let history = ServerHistory::read(conn).await?;
+    let backdate = u64::try_from(history.complete_for.as_millis()).unwrap_or(u64::MAX);
+    let _: Value = redis::cmd("EVAL")
+        .arg(scripts::EPOCH_CHECK.body)
+        .arg(0)
+        .arg(&history.run_id)
+        .arg(backdate)
+        .arg(u8::from(durable))
+        .query_async(conn)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ZEROS: &str = "0000000000000000000000000000000000000000";
+
+    fn history(role: &str, replid2: &str, uptime: &str) -> ServerHistory {
+        let server =
+            format!("# Server\r\nrun_id:d6bd7b06a87d842a1099\r\nuptime_in_seconds:{uptime}\r\n");
+        let replication = format!("# Replication\r\nrole:{role}\r\nmaster_replid2:{replid2}\r\n");
+        ServerHistory::parse(&server, &replication)
+    }
+
+    #[test]
+    fn a_master_never_promoted_is_complete_since_it_started() {
+        let h = history("master", ZEROS, "3600");
+        assert_eq!(h.run_id, "d6bd7b06a87d842a1099");
+        assert_eq!(h.complete_for, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn a_promoted_master_a_replica_or_an_unreadable_info_date_from_now() {
+        let promoted = "0ad8dc904e714fcc46ab99cec0d5b766149a09f0";
+        assert_eq!(
+            history("master", promoted, "3600").complete_for,
+            Duration::ZERO
+        );
+        assert_eq!(history("slave", ZEROS, "3600").complete_for, Duration::ZERO);
+        assert_eq!(
+            history("master", ZEROS, "soon").complete_for,
+            Duration::ZERO
+        );
+        // No run_id: a fresh one, never the marker's.
+        let blank = ServerHistory::parse("", "");
+        assert_eq!(blank.complete_for, Duration::ZERO);
+        assert_ne!(blank.run_id, ServerHistory::parse("", "").run_id);
+    }
+}

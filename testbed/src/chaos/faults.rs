@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn lists_parse_and_bad_names_are_named() {
-        assert_eq!(parse_list("all").map(|l| l.len()), Ok(13));
+        assert_eq!(parse_list("all").map(|l| l.len()), Ok(FaultKind::ALL.len()));
         assert_eq!(
             parse_list("net_delay, node_pause,net_delay"),
             Ok(vec![FaultKind::NodePause, FaultKind::NetDelay])

@@ -130,6 +130,15 @@ impl MultiLock {
     /// Not needed for servers that have been running for longer than the
     /// quarantine and were never promoted: they are dated from their start.
     ///
+    /// **Only for a server that has never held this deployment's locks.**
+    /// A node that restarted empty, or a fresh server replacing a failed
+    /// one, is empty too, and adopting it breaks mutual exclusion (a lock
+    /// it lost is still held on the other nodes) and fencing (its lost
+    /// counters would count as never written): let the quarantine run out
+    /// instead. The node cannot tell the two apart; this is the operator's
+    /// word. (The exhaustive model in the crate's tests finds both
+    /// breaks.)
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

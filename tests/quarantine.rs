@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockConfig, LockConfigBuilder, MultiLock, NodeErrorKind, NodeOutcome};
+use quorumlock::{
+    Error, LockConfig, LockConfigBuilder, LockGuard, MultiLock, NodeErrorKind, NodeOutcome,
+};
 use quorumlock_testbed::{NodeOptions, Proxy, RedisNode, ReplicaPair, Restart, Testbed};
 
 const NAME: &str = "payment:4711";
@@ -41,6 +43,34 @@ fn remove(node: &RedisNode, key: &str) {
         .expect("DEL");
 }
 
+/// B tries while A holds `first`: whether B won while A still held. A
+/// refusal must name node `young` as quarantined, for at most `ttl`.
+async fn second_owner_overlaps(
+    first: &LockGuard,
+    b: &MultiLock,
+    young: usize,
+    ttl: Duration,
+) -> bool {
+    match b.try_acquire(NAME).await {
+        Ok(second) => {
+            let both = first.is_held() && second.is_held();
+            second.release().await;
+            both
+        }
+        Err(Error::QuorumNotReached { nodes, .. } | Error::Contended { nodes, .. }) => {
+            match &nodes.as_slice()[young].outcome {
+                NodeOutcome::Failed(e) => {
+                    assert_eq!(e.kind(), NodeErrorKind::Quarantined, "{e}");
+                    assert!(e.quarantine_left().is_some_and(|left| left <= ttl));
+                }
+                other => panic!("n{young}: expected its quarantine, got {other:?}"),
+            }
+            false
+        }
+        Err(other) => panic!("B: unexpected {other:?}"),
+    }
+}
+
 /// The schedule that broke plain Redlock: A holds exactly a bare majority
 /// {n0, n1, n2} of 5 (a third party holds n3 and n4); n2 restarts empty at
 /// once (to a lock, what a failover to a lagging replica looks like); the
@@ -62,30 +92,14 @@ async fn bare_majority_trial(
     for node in &testbed.nodes()[3..] {
         remove(node, NAME);
     }
-    let overlap = match b.try_acquire(NAME).await {
-        Ok(second) => {
-            let both = guard.is_held() && second.is_held();
-            second.release().await;
-            both
-        }
-        Err(Error::QuorumNotReached { nodes, .. } | Error::Contended { nodes, .. }) => {
-            // Refused: A holds n0 and n1, and n2 is quarantined (the error
-            // says so): B's n3 and n4 are no majority.
-            match &nodes.as_slice()[2].outcome {
-                NodeOutcome::Failed(e) => {
-                    assert_eq!(e.kind(), NodeErrorKind::Quarantined, "{e}");
-                    assert!(e.quarantine_left().is_some_and(|left| left <= ttl));
-                }
-                other => panic!("n2: expected its quarantine, got {other:?}"),
-            }
-            false
-        }
-        Err(other) => panic!("B: unexpected {other:?}"),
-    };
+    // Refused: A holds n0 and n1, and n2 is quarantined (the error says
+    // so): B's n3 and n4 are no majority.
+    let overlap = second_owner_overlaps(&guard, b, 2, ttl).await;
     assert!(guard.is_held(), "A holds throughout");
     guard.release().await;
-    // The next trial starts from five voting nodes: n2 is empty again, and
-    // adopting it is the operator's word that it is new.
+    // The next trial starts from five voting nodes. Adopting n2 is safe
+    // here only because no lock is held anywhere now (A released, B was
+    // refused); in general a node that restarted empty must not be adopted.
     common::wait_until_gone(testbed, NAME, "A released").await;
     let adopted = a.adopt_empty_nodes().await;
     assert!(adopted[2].is_ok(), "{adopted:?}");
@@ -301,21 +315,7 @@ async fn failover_trial(quarantine: Option<Duration>) -> bool {
     let promoted = pair.fail_over().expect("fail over");
     proxy.set_upstream(promoted);
     remove(others.node(1), NAME);
-    let overlap = match b.try_acquire(NAME).await {
-        Ok(second) => {
-            let both = guard.is_held() && second.is_held();
-            second.release().await;
-            both
-        }
-        Err(Error::QuorumNotReached { nodes, .. } | Error::Contended { nodes, .. }) => {
-            match &nodes.as_slice()[0].outcome {
-                NodeOutcome::Failed(e) => assert_eq!(e.kind(), NodeErrorKind::Quarantined, "{e}"),
-                other => panic!("n0: expected the promoted replica quarantined, got {other:?}"),
-            }
-            false
-        }
-        Err(other) => panic!("B: unexpected {other:?}"),
-    };
+    let overlap = second_owner_overlaps(&guard, &b, 0, ttl).await;
     assert!(guard.is_held(), "A holds throughout");
     guard.release().await;
     overlap

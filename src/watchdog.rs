@@ -575,12 +575,11 @@ impl Verdict<'_> {
     /// many nodes.
     fn apply(&self, core: &Core, lease: &Lease) {
         let tally = &self.votes.tally;
-        let holds = Hold::from_votes(&self.votes.votes);
         if tally.decision() == Decision::Won {
             let win = Win {
                 start: self.start,
                 ttl: self.ttl,
-                holds: holds.clone(),
+                holds: Hold::from_votes(&self.votes.votes),
                 renewal: Some((tally.won(), self.votes.healed)),
             };
             match lease.record_win(win) {
@@ -601,6 +600,7 @@ impl Verdict<'_> {
         let reports = core.vote_reports(&self.votes.votes, self.errors, self.at_end);
         let keys_gone = tally.contention_rules_out_quorum().then(|| reports.clone());
         let gone = keys_gone.is_some();
+        let holds = Hold::from_votes(&self.votes.votes);
         if !lease.record_miss(self.start, self.ttl, Some(holds), keys_gone) || gone {
             return;
         }

@@ -22,15 +22,6 @@ const BAD: [&str; 6] = [
     "abc",
 ];
 
-fn set_raw(node: &RedisNode, key: &str, value: &str) {
-    let mut conn = node.connection().expect("inspect node");
-    let () = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query(&mut conn)
-        .expect("SET");
-}
-
 fn get_raw(node: &RedisNode, key: &str) -> Option<String> {
     let mut conn = node.connection().expect("inspect node");
     redis::cmd("GET").arg(key).query(&mut conn).expect("GET")
@@ -64,7 +55,7 @@ async fn a_bad_counter_read_by_an_acquire_is_a_typed_error_and_the_name_stays_us
     first.release().await;
 
     for bad in BAD {
-        set_raw(testbed.node(2), COUNTER, bad);
+        common::set_on(testbed.node(2), COUNTER, bad);
         // Every node needed: the bad node's answer is the refusal, named.
         match strict.try_acquire(NAME).await {
             Err(Error::QuorumNotReached { nodes, .. }) => {
@@ -106,7 +97,7 @@ async fn a_bad_counter_met_by_the_raise_is_never_raised_or_copied() {
     for bad in BAD {
         let guard = lock.try_acquire(NAME).await.expect("free");
         // Turned bad after the acquire read it: the raise meets it.
-        set_raw(testbed.node(2), COUNTER, bad);
+        common::set_on(testbed.node(2), COUNTER, bad);
         let token = guard
             .fencing_token()
             .await
@@ -120,6 +111,6 @@ async fn a_bad_counter_met_by_the_raise_is_never_raised_or_copied() {
             Some(bad),
             "the raise never overwrites a value it cannot read"
         );
-        set_raw(testbed.node(2), COUNTER, &last.to_string());
+        common::set_on(testbed.node(2), COUNTER, last.to_string());
     }
 }

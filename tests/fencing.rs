@@ -13,16 +13,6 @@ use quorumlock::fenced::{FencedResource, Write};
 use quorumlock::{Error, Hold, LockConfig, LockGuard, LostReason, MultiLock};
 use quorumlock_testbed::{NodeOptions, Persistence, RedisNode, Testbed};
 
-/// Sets `key` to `value` on one node.
-fn set_on(node: &RedisNode, key: &str, value: u64) {
-    let mut conn = node.connection().expect("inspect node");
-    let () = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query(&mut conn)
-        .expect("SET");
-}
-
 /// `INCR key` on one node: the naive scheme's step on a won node.
 fn incr_on(node: &RedisNode, key: &str) -> u64 {
     let mut conn = node.connection().expect("inspect node");
@@ -107,7 +97,7 @@ async fn naive_max_of_incr_regresses_on_the_counterexample_but_ours_does_not() {
     let _ = common::connected(MultiLock::new(config.clone())).await;
 
     for (i, start) in [10, 1, 1].into_iter().enumerate() {
-        set_on(testbed.node(i), &naive_key, start);
+        common::set_on(testbed.node(i), &naive_key, start);
         common::set_fence_on(testbed.node(i), NAME, start);
     }
 

@@ -84,6 +84,16 @@ pub fn set_fence_on(node: &RedisNode, key: &str, value: u64) {
         .expect("SET fence");
 }
 
+/// `SET key value` on one node.
+pub fn set_on(node: &RedisNode, key: &str, value: impl redis::ToRedisArgs) {
+    let mut conn = node.connection().expect("inspect node");
+    let () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query(&mut conn)
+        .expect("SET");
+}
+
 /// The value of `key` on every node, in order.
 pub fn values(testbed: &Testbed, key: &str) -> Vec<Option<String>> {
     testbed.nodes().iter().map(|n| value_on(n, key)).collect()

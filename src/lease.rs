@@ -482,9 +482,10 @@ impl Lease {
         true
     }
 
-    /// After a missed renewal: schedules the retry with the lock's backoff,
+    /// After a missed renewal: schedules the retry with the lock's backoff
+    /// (`jitter_unit` in `0..1` picks the point within its jitter band),
     /// within the loss time and the maximum hold time.
-    pub(crate) fn schedule_retry(&self, reports: NodeReports) {
+    pub(crate) fn schedule_retry(&self, reports: NodeReports, jitter_unit: f64) {
         let config = &self.core.config;
         let mut state = self.state();
         if state.ended.is_some() {
@@ -493,7 +494,7 @@ impl Lease {
         let now = Stamp::now();
         state.failures = state.failures.saturating_add(1);
         state.last_failure = Some(reports);
-        let retry_at = now.after(config.retry.delay(state.failures, rand::random::<f64>()));
+        let retry_at = now.after(config.retry.delay(state.failures, jitter_unit));
         let within_hold = config
             .max_hold
             .is_none_or(|max| retry_at <= self.acquired.after(max));

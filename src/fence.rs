@@ -64,9 +64,12 @@
 //! 2. **Picks** `p` = one more than every counter it read, current or not.
 //! 3. **Raises** the counter to `max(counter, p)`, stamped with the node's
 //!    epoch, on every node, in one script that does so only while the lock
-//!    key there still carries its owner token. It hands `p` out once a
-//!    **majority of all nodes** confirmed and the lock is still held
-//!    (before its deadline).
+//!    key there still carries its owner token or is absent. An absent key
+//!    (a node the acquire decided without, or one that lost the key) is
+//!    re-taken first with the holder's token, for the validity it has left,
+//!    as a renewal heals it; a key another owner holds stops the raise
+//!    there. It hands `p` out once a **majority of all nodes** confirmed and
+//!    the lock is still held (before its deadline).
 //!
 //! **Read rule.** The reads must include, for every name, a *current*
 //! counter from a majority of the nodes. A young (quarantined) node's
@@ -139,6 +142,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::clock::Stamp;
+use crate::core::ttl_millis;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound, fan_out};
 use crate::guard::HeldLock;
@@ -309,17 +313,20 @@ async fn pick_token(lease: &Lease) -> Result<u64, Error> {
     })
 }
 
-/// Raises the counters to `token` where the lease still holds the keys,
-/// and hands the token out once a majority of all nodes confirmed while
+/// Raises the counters to `token` where the lease still holds the keys
+/// (re-taking the ones that are absent, as a renewal heals), and hands the token out once a majority of all nodes confirmed while
 /// the lease is held.
 async fn raise(lease: &Lease, token: u64) -> Result<u64, Error> {
     let core = &lease.core;
     let n = core.nodes.len();
-    let mut round = QuorumRound::new(n, majority(n), Stamp::now());
+    let start = Stamp::now();
+    // A key re-taken by the raise lives no longer than the validity.
+    let heal_ms = ttl_millis(lease.deadline().saturating_since(start)).max(1);
+    let mut round = QuorumRound::new(n, majority(n), start);
     let (end, unfinished) = fan_out(
         n,
         Instant::now() + core.config.node_timeout,
-        |i| core.nodes[i].raise_fence(lease.entry.clone(), token),
+        |i| core.nodes[i].raise_fence(lease.entry.clone(), token, heal_ms),
         |i, reply| round.record(i, reply, OwnerCheck::vote),
     )
     .await;

@@ -356,22 +356,31 @@ impl Node {
     }
 
     /// Raises the fencing counters of the entry's keys to `token` if every
-    /// key is still ours; [`OwnerCheck::Ours`] when it did (every counter is
+    /// key is still ours or absent (an absent key is re-taken first, for
+    /// `heal_ms`); [`OwnerCheck::Ours`] when it did (every counter is
     /// `>= token`).
     pub(crate) fn raise_fence(
         self: &Arc<Self>,
         entry: Entry,
         token: u64,
+        heal_ms: u64,
     ) -> impl Future<Output = Result<OwnerCheck, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .voting(&scripts::FENCE, |cmd| {
                     with_fences(cmd, &entry.keys);
-                    cmd.arg(&*entry.token).arg(token);
+                    cmd.arg(&*entry.token)
+                        .arg(token)
+                        .arg(&*entry.id)
+                        .arg(heal_ms);
                 })
                 .await?;
-            node.owner_check(reply)
+            match reply {
+                // Raised after re-taking an absent key: as good as ours.
+                Value::Int(2) => Ok(OwnerCheck::Ours),
+                other => node.owner_check(other),
+            }
         }
     }
 
@@ -542,9 +551,11 @@ impl Node {
         }
     }
 
-    /// The quarantine error of this node, counted.
+    /// The quarantine error of this node, counted (in the stats and in a
+    /// debug event carrying the running count).
     fn quarantined(&self, left: Duration) -> NodeError {
-        bump(&self.counters.quarantined);
+        let count = self.counters.quarantined.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::debug!(node = %self.name, left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX), quarantined_votes = count, "vote not counted: the node is quarantined");
         NodeError::quarantined(&self.name, left)
     }
 

@@ -522,3 +522,66 @@ async fn released_holds_have_no_token_and_reentries_share_one() {
     assert!(next_token > token, "{next_token} after {token}");
     next.release().await;
 }
+
+/// `DEL key` on one node: the key lost as a restart or an acquire that
+/// decided without the node would leave it.
+fn delete_on(node: &RedisNode, key: &str) {
+    let mut conn = node.connection().expect("inspect node");
+    let _: u64 = redis::cmd("DEL").arg(key).query(&mut conn).expect("DEL");
+}
+
+/// A raise re-takes a lock key that is absent on a node (the acquire
+/// decided before that node answered, or the node lost the key), as a
+/// renewal heals it, so that the node can confirm the token; a key that
+/// another owner holds is left alone. Before, such nodes refused the
+/// raise, and with a node down as well the holder got no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_re_takes_absent_keys_and_leaves_other_owners_alone() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let nodes = testbed.nodes();
+    let lock = common::connected(common::lock(&testbed)).await;
+
+    // Two of the three keys gone: only one node would confirm otherwise.
+    let guard = lock.try_acquire("ledger").await.expect("free");
+    let token = {
+        for node in &nodes[..2] {
+            delete_on(node, "ledger");
+        }
+        guard
+            .fencing_token()
+            .await
+            .expect("a token from re-taken keys")
+    };
+    let owner = common::value_on(&nodes[2], "ledger").expect("held on n2");
+    for node in nodes {
+        assert_eq!(common::value_on(node, "ledger").as_deref(), Some(&*owner));
+        assert_eq!(common::fence_on(node, "ledger"), Some(token));
+        let ttl = common::pttl_on(node, "ledger");
+        assert!(0 < ttl && ttl <= 30_000, "a TTL within the validity: {ttl}");
+    }
+    guard.release().await;
+
+    // n0 held by another owner, n1 absent: n1 is re-taken, n0 is not.
+    let guard = lock.try_acquire("ledger").await.expect("free again");
+    let mut conn = nodes[0].connection().expect("inspect node");
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("ledger")
+        .cmd("HSET")
+        .arg("ledger")
+        .arg("owner")
+        .arg("someone else")
+        .query(&mut conn)
+        .expect("another owner's key");
+    delete_on(&nodes[1], "ledger");
+    let next = guard.fencing_token().await.expect("n1 and n2 confirm");
+    assert!(next > token);
+    assert_eq!(
+        common::value_on(&nodes[0], "ledger").as_deref(),
+        Some("someone else")
+    );
+    assert_eq!(common::fence_on(&nodes[0], "ledger"), Some(token));
+    assert_eq!(common::fence_on(&nodes[1], "ledger"), Some(next));
+    guard.release().await;
+}

@@ -1,21 +1,30 @@
 -- Raise the fencing counters of a guard's lock keys to a token, only while
--- every key carries our owner token (so only a holder raises, and only with
--- a token it computed from a sound read: see the fence module).
+-- every key carries our owner token or is absent (so only a holder raises,
+-- and only with a token it computed from a sound read: see the fence
+-- module). An absent key is re-taken first, with our token and entry, for
+-- the validity the holder has left: the renew script's heal, done here so
+-- that a node the acquire never reached (decided before it answered) or
+-- one that lost the key can still confirm the token.
 -- KEYS[1..m] lock keys, KEYS[m+1..2m] their fencing counters.
--- ARGV[1] owner token, ARGV[2] the fencing token p, ARGV[3] the quarantine
--- in ms (unused: a raise is not a vote, and a young node's raise is as good
--- as any, see epoch.lua).
+-- ARGV[1] owner token, ARGV[2] the fencing token p, ARGV[3] the entry id,
+-- ARGV[4] the validity left in ms (the healed key's TTL), ARGV[5] the
+-- quarantine in ms (unused: a raise is not a vote, and a young node's
+-- raise is as good as any, see epoch.lua).
 -- Each counter becomes max(its value, p), stamped with this node's epoch:
 -- "<value> <epoch id>". Counters never go down within an epoch.
--- Reply: 1 every counter is now >= p; 0 some key is not ours (nothing
--- written).
+-- Reply: 1 every counter is now >= p; 2 the same, after re-taking some
+-- absent key; 0 some key is held by another owner (nothing written).
 -- A counter that is not a whole number in [0, 2^53 - 1) (the range the
 -- client accepts, exact in Lua's doubles) is an error reply naming the key,
 -- before anything is written: a bad value is never raised or copied.
 quorumlock_young()
 local m = #KEYS / 2
+local absent = {}
 for i = 1, m do
-  if redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
+  local owner = redis.pcall('HGET', KEYS[i], 'owner')
+  if owner == false and redis.call('EXISTS', KEYS[i]) == 0 then
+    absent[#absent + 1] = KEYS[i]
+  elseif owner ~= ARGV[1] then
     return 0
   end
 end
@@ -32,8 +41,15 @@ for i = 1, m do
   end
   current[i] = c
 end
+for _, key in ipairs(absent) do
+  redis.call('HSET', key, 'owner', ARGV[1], ARGV[3], 1)
+  redis.call('PEXPIRE', key, ARGV[4])
+end
 for i = 1, m do
   local value = math.max(current[i], p)
   redis.call('SET', KEYS[m + i], string.format('%d', value) .. ' ' .. quorumlock_epoch_id)
+end
+if #absent > 0 then
+  return 2
 end
 return 1

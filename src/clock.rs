@@ -58,7 +58,7 @@ impl Stamp {
 
     /// The Tokio instant at which this stamp will be reached, for timers.
     pub(crate) fn to_instant(self) -> tokio::time::Instant {
-        tokio::time::Instant::now() + self.remaining()
+        instant_in(self.remaining())
     }
 
     /// Time left from now until this stamp (zero once it has passed).
@@ -71,6 +71,18 @@ impl Stamp {
     pub fn since_origin(self) -> Duration {
         self.0
     }
+}
+
+/// How far off a timer for "never in practice" is set (Tokio's own choice
+/// for its far future: about 30 years).
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// The Tokio instant `d` from now. A caller may pass any duration (a wait
+/// budget of `Duration::MAX`, a backoff of hours): one too long to add to
+/// the clock becomes a time that never comes in practice, never a panic.
+pub(crate) fn instant_in(d: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(d.min(FAR_FUTURE)).unwrap_or(now)
 }
 
 #[cfg(test)]
@@ -91,5 +103,18 @@ mod tests {
             Duration::from_millis(5)
         );
         assert!(a.after(Duration::from_secs(3600)).remaining() > Duration::from_secs(3500));
+    }
+
+    #[test]
+    fn timers_saturate_instead_of_panicking() {
+        let now = tokio::time::Instant::now();
+        for d in [Duration::ZERO, Duration::from_secs(1), Duration::MAX] {
+            let at = instant_in(d);
+            assert!(at >= now);
+            assert!(at <= now + FAR_FUTURE + Duration::from_secs(1));
+        }
+        assert!(instant_in(Duration::MAX) > now + Duration::from_secs(86_400 * 365 * 29));
+        let far = Stamp::now().after(Duration::MAX);
+        assert!(far.to_instant() > now + Duration::from_secs(86_400 * 365 * 29));
     }
 }

@@ -1,12 +1,14 @@
 //! Lock settings, their defaults, and the checks that reject settings which
 //! cannot give a safe lock.
 
+use std::fmt;
 use std::time::Duration;
 
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::error::ConfigError;
 use crate::quorum::{self, Quorum};
+use crate::redact::redact_url;
 use crate::retry::RetryPolicy;
 
 /// The longest TTL accepted: what Redis's `PX`/`PEXPIRE` take (a signed
@@ -51,16 +53,28 @@ pub struct LockConfig {
 }
 
 /// One configured node: the URL as given and what it parsed to.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct NodeAddress {
+    /// As given, credentials included: only compared, never shown.
     pub(crate) url: String,
+    /// As shown: the password replaced by `***`.
+    pub(crate) shown: String,
     pub(crate) client: Client,
     /// Declared durable: no quarantine after a restart.
     pub(crate) durable: bool,
 }
 
+impl fmt::Debug for NodeAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeAddress")
+            .field("url", &self.shown)
+            .field("durable", &self.durable)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Builder for [`LockConfig`]; every setting but the nodes has a default.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 #[must_use]
 pub struct LockConfigBuilder {
     nodes: Vec<String>,
@@ -80,6 +94,29 @@ pub struct LockConfigBuilder {
     durable: Vec<String>,
 }
 
+impl fmt::Debug for LockConfigBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |urls: &[String]| urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>();
+        f.debug_struct("LockConfigBuilder")
+            .field("nodes", &shown(&self.nodes))
+            .field("ttl", &self.ttl)
+            .field("quorum", &self.quorum)
+            .field("drift_factor", &self.drift_factor)
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry", &self.retry)
+            .field("min_validity", &self.min_validity)
+            .field("watchdog", &self.watchdog)
+            .field("renew_interval", &self.renew_interval)
+            .field("loss_margin", &self.loss_margin)
+            .field("max_hold", &self.max_hold)
+            .field("wake_ups", &self.wake_ups)
+            .field("quarantine", &self.quarantine)
+            .field("durable", &shown(&self.durable))
+            .finish()
+    }
+}
+
 impl LockConfig {
     /// Default TTL: 30 s, Redisson's watchdog timeout.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -96,9 +133,10 @@ impl LockConfig {
         LockConfigBuilder::default()
     }
 
-    /// The node URLs, in configuration order.
+    /// The node URLs, in configuration order, each password replaced by
+    /// `***`.
     pub fn node_urls(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.nodes.iter().map(|n| n.url.as_str())
+        self.nodes.iter().map(|n| n.shown.as_str())
     }
 
     /// Time to live of the lock keys.
@@ -369,6 +407,13 @@ impl LockConfigBuilder {
         if self.max_hold.is_some_and(|m| m.is_zero()) {
             return Err(ConfigError::MaxHoldZero);
         }
+        let quarantine = self.quarantine.unwrap_or(ttl);
+        if quarantine > MAX_TTL {
+            return Err(ConfigError::QuarantineOutOfRange {
+                quarantine,
+                max: MAX_TTL,
+            });
+        }
 
         Ok(LockConfig {
             nodes,
@@ -384,7 +429,7 @@ impl LockConfigBuilder {
             renew_interval,
             loss_margin,
             max_hold: self.max_hold,
-            quarantine: self.quarantine.unwrap_or(ttl),
+            quarantine,
         })
     }
 }
@@ -437,33 +482,39 @@ fn parse_nodes(urls: Vec<String>) -> Result<Vec<NodeAddress>, ConfigError> {
     }
     let mut nodes: Vec<NodeAddress> = Vec::with_capacity(urls.len());
     for url in urls {
-        let info =
-            url.as_str()
-                .into_connection_info()
-                .map_err(|e| ConfigError::InvalidNodeUrl {
-                    url: url.clone(),
-                    reason: e.to_string(),
-                })?;
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| invalid_url(&url, &e))?;
+        let shown = redact_url(&url);
         if let Some(first) = nodes
             .iter()
             .find(|n| same_server(n.client.get_connection_info(), &info))
         {
             return Err(ConfigError::DuplicateNode {
-                url,
-                first: first.url.clone(),
+                url: shown,
+                first: first.shown.clone(),
             });
         }
-        let client = Client::open(info).map_err(|e| ConfigError::InvalidNodeUrl {
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
+        let client = Client::open(info).map_err(|e| invalid_url(&url, &e))?;
         nodes.push(NodeAddress {
             url,
+            shown,
             client,
             durable: false,
         });
     }
     Ok(nodes)
+}
+
+/// A URL the parser refused, shown without its password (in the parser's
+/// words too, should they quote it).
+fn invalid_url(url: &str, error: &redis::RedisError) -> ConfigError {
+    let shown = redact_url(url);
+    ConfigError::InvalidNodeUrl {
+        reason: error.to_string().replace(url, &shown),
+        url: shown,
+    }
 }
 
 /// Marks the nodes named in `durable` (as given to the builder); a name
@@ -472,7 +523,11 @@ fn mark_durable(nodes: &mut [NodeAddress], durable: Vec<String>) -> Result<(), C
     for url in durable {
         match nodes.iter_mut().find(|n| n.url == url) {
             Some(node) => node.durable = true,
-            None => return Err(ConfigError::UnknownDurableNode { url }),
+            None => {
+                return Err(ConfigError::UnknownDurableNode {
+                    url: redact_url(&url),
+                });
+            }
         }
     }
     Ok(())

@@ -14,6 +14,7 @@ use crate::error::{NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReport
 use crate::fanout::End;
 use crate::node::Node;
 use crate::quorum::Vote;
+use crate::server_ids::ServerIds;
 use crate::stats::{Counters, LockStats, bump};
 
 /// Settings, nodes and counters: what every round of a lock service uses.
@@ -26,15 +27,18 @@ pub(crate) struct Core {
 impl Core {
     /// The nodes of `config`, not yet connected.
     pub(crate) fn new(config: LockConfig) -> Core {
+        let servers = ServerIds::new(config.nodes.len());
         let nodes = config
             .nodes
             .iter()
-            .map(|n| {
+            .enumerate()
+            .map(|(i, n)| {
                 Arc::new(Node::new(
                     n.client.clone(),
                     config.connect_timeout,
                     config.quarantine,
                     n.durable,
+                    (Arc::clone(&servers), i),
                 ))
             })
             .collect();

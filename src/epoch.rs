@@ -67,10 +67,11 @@ impl ServerHistory {
 }
 
 /// The epoch check of a new connection (`scripts/epoch_check.lua`).
+/// Returns the server's `run_id`.
 pub(crate) async fn check_epoch(
     conn: &mut MultiplexedConnection,
     durable: bool,
-) -> Result<(), RedisError> {
+) -> Result<String, RedisError> {
     let history = ServerHistory::read(conn).await?;
     let backdate = u64::try_from(history.complete_for.as_millis()).unwrap_or(u64::MAX);
     let _: Value = redis::cmd("EVAL")
@@ -81,7 +82,7 @@ pub(crate) async fn check_epoch(
         .arg(u8::from(durable))
         .query_async(conn)
         .await?;
-    Ok(())
+    Ok(history.run_id)
 }
 
 #[cfg(test)]

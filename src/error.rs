@@ -12,7 +12,7 @@ pub enum ConfigError {
     /// A URL given to `durable_nodes` is not one of the nodes.
     #[error("durable node {url:?} is not one of the nodes")]
     UnknownDurableNode {
-        /// The URL as given.
+        /// The URL as given, its password replaced by `***`.
         url: String,
     },
     /// `nodes` is empty.
@@ -21,7 +21,7 @@ pub enum ConfigError {
     /// A node URL does not parse.
     #[error("`nodes`: cannot parse {url:?} as a Redis URL: {reason}")]
     InvalidNodeUrl {
-        /// The URL as given.
+        /// The URL as given, its password replaced by `***`.
         url: String,
         /// What the parser said.
         reason: String,
@@ -31,9 +31,9 @@ pub enum ConfigError {
         "`nodes`: {url:?} names the same server as {first:?}; each node must be an independent master"
     )]
     DuplicateNode {
-        /// The later URL.
+        /// The later URL, its password replaced by `***`.
         url: String,
-        /// The earlier URL it duplicates.
+        /// The earlier URL it duplicates, its password replaced by `***`.
         first: String,
     },
     /// `Quorum::AtLeast(k)` with `k = 0` or `k > nodes`.
@@ -114,6 +114,15 @@ pub enum ConfigError {
     /// The maximum hold time is zero.
     #[error("`max_hold` is zero: leave it unset for no bound, or give a positive duration")]
     MaxHoldZero,
+    /// The quarantine is longer than the scripts can count (they hold it
+    /// in a Lua number, exact up to 2^53 ms; the bound is the longest TTL).
+    #[error("`quarantine` is {quarantine:?}: at most {max:?} (the longest TTL)")]
+    QuarantineOutOfRange {
+        /// The configured quarantine.
+        quarantine: Duration,
+        /// The largest accepted.
+        max: Duration,
+    },
     /// A retry setting that cannot work.
     #[error("`retry.{field}` is {value}: {reason}")]
     InvalidRetry {
@@ -157,6 +166,11 @@ pub enum NodeErrorKind {
     /// [`MultiLock::adopt_empty_nodes`](crate::MultiLock::adopt_empty_nodes)
     /// refused a node that holds keys.
     NotEmpty,
+    /// The node reaches the same Redis server (the same `run_id`) as
+    /// another configured node, through another URL (`localhost` and
+    /// `127.0.0.1`, two databases of one server, a proxy): one server
+    /// casts one vote, so this node casts none.
+    SameServer,
     /// Any other error.
     Other,
 }
@@ -174,6 +188,7 @@ impl fmt::Display for NodeErrorKind {
             NodeErrorKind::InvalidCounter => "invalid fencing counter",
             NodeErrorKind::Quarantined => "quarantined",
             NodeErrorKind::NotEmpty => "not empty",
+            NodeErrorKind::SameServer => "same server as another node",
             NodeErrorKind::Other => "error",
         })
     }
@@ -519,13 +534,38 @@ fn free_in_text(free_in: Option<Duration>) -> String {
 }
 
 impl Error {
-    /// Whether another attempt could succeed (contention, missing quorum,
-    /// slow attempt), as opposed to a configuration error.
+    /// Whether another attempt could succeed, as opposed to a
+    /// configuration error, a bad name or a lost lock: contention, a
+    /// missing quorum, a slow attempt, a wait that ran out on one of
+    /// those, and a fencing token that too few nodes confirmed (asking
+    /// again retries).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::{Error, NodeReports};
+    ///
+    /// let contended = Error::Contended {
+    ///     key: "k".into(),
+    ///     free_in: None,
+    ///     nodes: NodeReports::default(),
+    /// };
+    /// let gave_up = Error::WaitBudgetExhausted {
+    ///     key: "k".into(),
+    ///     attempts: 3,
+    ///     waited: Duration::from_millis(30),
+    ///     last: Box::new(contended),
+    /// };
+    /// assert!(gave_up.is_retryable());
+    /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Contended { .. } | Error::QuorumNotReached { .. } | Error::ValidityUsedUp { .. }
-        )
+        match self {
+            Error::Contended { .. }
+            | Error::QuorumNotReached { .. }
+            | Error::ValidityUsedUp { .. }
+            | Error::FencingUnavailable { .. } => true,
+            Error::WaitBudgetExhausted { last, .. } => last.is_retryable(),
+            _ => false,
+        }
     }
 
     /// The per-node outcomes, for errors that have them (looking through

@@ -192,7 +192,8 @@ impl FencedResource {
         };
         match items.as_slice() {
             [Value::Int(1), _] => Ok(Ok(items.swap_remove(1))),
-            [Value::Int(0), Value::Int(last)] => Ok(Err(u64::try_from(*last).unwrap_or(0))),
+            // A negative last token is no token: refused, not read as 0.
+            [Value::Int(0), Value::Int(last)] if *last >= 0 => Ok(Err(last.unsigned_abs())),
             _ => Err(unexpected(Value::Array(items))),
         }
     }

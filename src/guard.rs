@@ -416,17 +416,19 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before it is first polled releases in the
-    /// background, as dropping the guard does. Dropping it later leaves the
-    /// guard ended (not held), but the release calls still unanswered are
-    /// dropped with it: a call already written runs on its node, one not
-    /// yet written is never sent, and that node keeps the key until its
-    /// TTL. Await the release to the end where that matters.
+    /// A started release always completes. Dropping the future at any
+    /// point releases in the background, as dropping the guard does: the
+    /// calls the dropped future had written run on their nodes, and the
+    /// release is sent again to every node (an owner-checked delete, so a
+    /// second one changes nothing where the first arrived). Only the report
+    /// is lost.
     pub async fn release(mut self) -> ReleaseReport {
         self.released = true;
+        let mut unfinished = FinishOnDrop(Some(self.held.clone()));
         let HeldLock { lease, services } = self.held.clone();
         let was_held = lease.begin_release().await;
         let mut report = release::release(&services.core, &services.wake, &lease.entry).await;
+        unfinished.0 = None;
         report.was_held = was_held;
         tracing::debug!(key = %lease.name, released = report.released, failed = report.failed.len(), was_held, "released");
         report
@@ -462,11 +464,34 @@ impl Drop for LockGuard {
             tracing::debug!(key = %self.held.lease.name, "guard dropped outside a Tokio runtime; keys expire by their TTL");
             return;
         };
-        let HeldLock { lease, services } = self.held.clone();
-        runtime.spawn(async move {
-            lease.begin_release().await;
-            let report = release::release(&services.core, &services.wake, &lease.entry).await;
-            tracing::debug!(key = %lease.name, released = report.released, "released on drop");
-        });
+        release_in_background(&runtime, self.held.clone(), "released on drop");
     }
+}
+
+/// Finishes a release whose future was dropped before its end.
+struct FinishOnDrop(Option<HeldLock>);
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        let Some(held) = self.0.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                release_in_background(&runtime, held, "release finished in the background")
+            }
+            // Dropped as its runtime shuts down: the keys expire by their TTL.
+            Err(_) => held.lease.end(LostReason::Released),
+        }
+    }
+}
+
+/// Ends the lease and releases on every node in a task of its own.
+fn release_in_background(runtime: &tokio::runtime::Handle, held: HeldLock, what: &'static str) {
+    let HeldLock { lease, services } = held;
+    runtime.spawn(async move {
+        lease.begin_release().await;
+        let report = release::release(&services.core, &services.wake, &lease.entry).await;
+        tracing::debug!(key = %lease.name, released = report.released, "{what}");
+    });
 }

@@ -101,7 +101,9 @@ mod error;
 mod keys;
 mod owner;
 mod quorum;
+mod redact;
 mod retry;
+mod server_ids;
 mod stats;
 // 1 I/O: the nodes and the rounds sent to them.
 mod core;

@@ -8,6 +8,7 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::acquire::Request;
+use crate::clock::instant_in;
 use crate::config::LockConfig;
 use crate::core::Core;
 use crate::error::{Error, NodeError};
@@ -339,7 +340,7 @@ impl MultiLock {
             return services.attempt(&request).await;
         };
         let began = Instant::now();
-        let budget_end = began + wait;
+        let budget_end = instant_in(wait);
         let retry = &services.core.config.retry;
         let mut waiting = services.wake.waiter(&request.keys, &services.core.counters);
         let mut attempts = 0u32;

@@ -36,6 +36,7 @@ use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
 use crate::keys::{Entry, KeySet};
 use crate::quorum::Vote;
 use crate::scripts::{self, Script};
+use crate::server_ids::ServerIds;
 use crate::stats::{NodeCounters, bump};
 
 type Connect = Shared<BoxFuture<'static, Result<(MultiplexedConnection, u64), NodeError>>>;
@@ -60,6 +61,10 @@ pub(crate) struct Node {
     durable: bool,
     slot: Mutex<Slot>,
     generations: AtomicU64,
+    /// Which server each node of this lock service reaches (one vote per
+    /// server), and this node's place among them.
+    servers: Arc<ServerIds>,
+    index: usize,
     pub(crate) counters: NodeCounters,
 }
 
@@ -179,12 +184,13 @@ pub(crate) enum ReleaseReply {
 
 impl Node {
     /// A node that votes only after `quarantine` since its data may last
-    /// have been lost, unless `durable`.
+    /// have been lost, unless `durable`; node `index` of `servers`.
     pub(crate) fn new(
         client: Client,
         connect_timeout: Duration,
         quarantine: Duration,
         durable: bool,
+        (servers, index): (Arc<ServerIds>, usize),
     ) -> Node {
         Node {
             name: display_name(client.get_connection_info()).into(),
@@ -194,6 +200,8 @@ impl Node {
             durable,
             slot: Mutex::new(Slot::Idle),
             generations: AtomicU64::new(0),
+            servers,
+            index,
             counters: NodeCounters::default(),
         }
     }
@@ -237,9 +245,9 @@ impl Node {
                         .readings(fences)
                         .map(|fences| AcquireReply::Won { fences }),
                     // -1: the holder set no expiry.
-                    [Value::Int(0), Value::Int(ms), Value::Int(_)] => Ok(AcquireReply::Held {
-                        pttl: u64::try_from(*ms).ok().map(Duration::from_millis),
-                    }),
+                    [Value::Int(0), Value::Int(ms @ -1..), Value::Int(_)] => {
+                        Ok(AcquireReply::Held { pttl: pttl(*ms) })
+                    }
                     _ => Err(node.unexpected(Value::Array(items))),
                 },
                 other => Err(node.unexpected(other)),
@@ -321,9 +329,9 @@ impl Node {
                 Some([Value::Int(1), value, current]) => AcquireReply::Won {
                     fences: node.readings(&[value.clone(), current.clone()])?,
                 },
-                Some([Value::Int(0), Value::Int(ms)]) => AcquireReply::Held {
-                    pttl: u64::try_from(*ms).ok().map(Duration::from_millis),
-                },
+                Some([Value::Int(0), Value::Int(ms @ -1..)]) => {
+                    AcquireReply::Held { pttl: pttl(*ms) }
+                }
                 _ => return Err(node.unexpected(Value::Array(items))),
             };
             // A young node released and took the name all the same; only
@@ -400,9 +408,11 @@ impl Node {
                 return Err(node.unexpected(reply));
             };
             match items.as_slice() {
-                [Value::Int(time_us), readings @ ..] if readings.len() == 2 * keys.len() => {
+                [Value::Int(time_us), readings @ ..]
+                    if readings.len() == 2 * keys.len() && *time_us >= 0 =>
+                {
                     Ok(FenceRead {
-                        time_us: u64::try_from(*time_us).unwrap_or(0),
+                        time_us: time_us.unsigned_abs(),
                         readings: node.readings(readings)?,
                     })
                 }
@@ -525,6 +535,19 @@ impl Node {
         resend: Resend,
         args: impl Fn(&mut Cmd),
     ) -> Result<(Option<Duration>, Value), NodeError> {
+        // Connected first: the connection identifies the server, and a
+        // server that votes through another node gets no second vote.
+        if let Err(e) = self.connection().await {
+            bump(&self.counters.errors);
+            return Err(e);
+        }
+        if let Some(voter) = self.servers.same_as(self.index) {
+            return Err(NodeError::new(
+                &self.name,
+                NodeErrorKind::SameServer,
+                format!("the same Redis server (run_id) as {voter}: one server casts one vote"),
+            ));
+        }
         let reply = self
             .eval_with(script, resend, |cmd| {
                 args(cmd);
@@ -543,9 +566,8 @@ impl Node {
             return Ok((None, Value::Array(items)));
         }
         match (items.pop(), items.pop()) {
-            (Some(inner), Some(Value::Int(left))) if items.len() == 1 => {
-                let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-                Ok((Some(left), inner))
+            (Some(inner), Some(Value::Int(left))) if items.len() == 1 && left > 0 => {
+                Ok((Some(Duration::from_millis(left.unsigned_abs())), inner))
             }
             _ => Err(self.unexpected(Value::Array(items))),
         }
@@ -768,7 +790,8 @@ impl Node {
                 // Before any vote on this connection: the epoch marker must
                 // belong to this server process (fatal: a node that cannot
                 // be dated must not vote).
-                check_epoch(&mut conn, node.durable).await?;
+                let run_id = check_epoch(&mut conn, node.durable).await?;
+                node.servers.identify(node.index, &node.name, &run_id);
                 Ok::<_, RedisError>(conn)
             };
             let result = match tokio::time::timeout(node.connect_timeout, connect).await {
@@ -871,6 +894,13 @@ pub(crate) fn classify(e: &RedisError) -> NodeErrorKind {
     }
 }
 
+/// A holder's remaining TTL as the scripts report it (`PTTL`): `None` for
+/// -1, a key without expiry. Callers match `-1..` first: any other negative
+/// value is not a TTL and is refused as an unexpected reply.
+fn pttl(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
 /// `redis://host:port[/db]`, without credentials, for reports and logs.
 fn display_name(info: &ConnectionInfo) -> String {
     let db = info.redis_settings().db();
@@ -897,6 +927,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_secs(1),
             false,
+            (ServerIds::new(1), 0),
         );
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         assert_eq!(node.counter(&Value::Nil).ok(), Some(None));

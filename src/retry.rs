@@ -132,7 +132,10 @@ impl RetryPolicy {
             .base_delay
             .saturating_mul(1 << doublings)
             .min(self.max_delay);
-        full.mul_f64(1.0 - self.jitter * unit.clamp(0.0, 1.0))
+        // At most `full` (the factor is at most 1); a product the float
+        // rounds above `Duration::MAX` stays at `full` rather than panic.
+        let factor = 1.0 - self.jitter * unit.clamp(0.0, 1.0);
+        Duration::try_from_secs_f64(full.as_secs_f64() * factor).map_or(full, |d| d.min(full))
     }
 }
 
@@ -189,5 +192,29 @@ mod tests {
             prop_assert!(d.as_secs_f64() >= full.as_secs_f64() * (1.0 - jitter) - 1e-9);
             prop_assert!(p.delay(attempt + 1, 0.0) >= full, "the ceiling never shrinks");
         }
+
+        /// Any durations a caller can pass, up to `Duration::MAX`: a delay
+        /// within the policy's ceiling, never a panic.
+        #[test]
+        fn delay_over_the_full_range_of_durations(
+            secs in any::<u64>(), nanos in 0u32..1_000_000_000, extra in any::<u64>(),
+            jitter in 0.0f64..=1.0, attempt in any::<u32>(), unit in 0.0f64..=1.0,
+        ) {
+            let base = Duration::new(secs, nanos).max(Duration::from_nanos(1));
+            let max = base.saturating_add(Duration::from_secs(extra));
+            let p = RetryPolicy::default().base_delay(base).max_delay(max).jitter(jitter);
+            prop_assert!(p.validate().is_ok());
+            prop_assert!(p.delay(attempt, unit) <= max);
+        }
+    }
+
+    #[test]
+    fn the_longest_delays_saturate() {
+        let p = RetryPolicy::default()
+            .base_delay(Duration::MAX)
+            .max_delay(Duration::MAX)
+            .jitter(0.0);
+        assert_eq!(p.delay(1, 0.5), Duration::MAX);
+        assert_eq!(p.delay(u32::MAX, 1.0), Duration::MAX);
     }
 }

@@ -59,7 +59,7 @@ use redis::Client;
 use tokio::sync::{OwnedMutexGuard, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::clock::Stamp;
+use crate::clock::{Stamp, instant_in};
 use crate::error::{Error, NodeError, NodeOutcome};
 use crate::fanout::End;
 use crate::keys::{Entry, KeySet, RESERVED_PREFIX, release_channel};
@@ -335,7 +335,7 @@ impl Waiter<'_> {
     ) -> Woken {
         let wake = self.wake;
         if !wake.enabled {
-            tokio::time::sleep_until((Instant::now() + backoff).min(budget_end)).await;
+            tokio::time::sleep_until(instant_in(backoff).min(budget_end)).await;
             return Woken::Retry;
         }
         if self.registration.is_none() {
@@ -351,7 +351,7 @@ impl Waiter<'_> {
             }) => *free_in,
             _ => backoff,
         };
-        let until = (Instant::now() + backoff.min(free_in)).min(budget_end);
+        let until = instant_in(backoff.min(free_in)).min(budget_end);
         // Nodes the last attempt won were rolled back: free. A quorum needs
         // this many more to announce a release.
         let won = error.and_then(Error::node_reports).map_or(0, |r| {
@@ -531,7 +531,8 @@ fn quorum_announced(
     seen: &[Box<[u64]>],
     needed: usize,
 ) -> bool {
-    let mut announced: u128 = 0;
+    // Per node (any number of them): whether it announced a release.
+    let mut announced: Vec<bool> = Vec::new();
     let mut local = false;
     for (now, seen) in notices.iter().zip(seen) {
         let now = now.borrow();
@@ -539,13 +540,14 @@ fn quorum_announced(
             continue;
         };
         local |= seen.last().is_some_and(|s| last > s);
+        if announced.len() < nodes.len() {
+            announced.resize(nodes.len(), false);
+        }
         for (i, (n, s)) in nodes.iter().zip(seen.iter()).enumerate() {
-            if n > s && i < 128 {
-                announced |= 1 << i;
-            }
+            announced[i] |= n > s;
         }
     }
-    local || announced.count_ones() as usize >= needed
+    local || announced.iter().filter(|a| **a).count() >= needed
 }
 
 impl Subscriber {
@@ -708,5 +710,25 @@ fn apply(wanted: &mut HashSet<String>, change: Change) {
         Change::Unsubscribe(c) => {
             wanted.remove(&c);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcements_count_from_every_node_however_many() {
+        // 200 nodes, then the local counter; the last 150 nodes announced.
+        let seen: Box<[u64]> = vec![0; 201].into();
+        let mut now = vec![0u64; 201];
+        for n in &mut now[50..200] {
+            *n = 1;
+        }
+        let (_tx, rx) = watch::channel(Box::<[u64]>::from(now));
+        let notices = [rx];
+        let seen = [seen];
+        assert!(quorum_announced(&notices, &seen, 150));
+        assert!(!quorum_announced(&notices, &seen, 151));
     }
 }

@@ -25,7 +25,16 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "pure",
         &[
-            "clock", "quorum", "keys", "retry", "error", "config", "stats", "owner",
+            "clock",
+            "quorum",
+            "keys",
+            "retry",
+            "error",
+            "config",
+            "stats",
+            "owner",
+            "redact",
+            "server_ids",
         ],
     ),
     (

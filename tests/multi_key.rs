@@ -499,3 +499,49 @@ async fn empty_and_reserved_names_are_rejected() {
     );
     assert_eq!(lock.stats().attempts, 0, "rejected before any attempt");
 }
+
+/// The largest set a lock takes (1,024 names) works within the default
+/// node timeout on local nodes; one more name is a typed error naming the
+/// count, sent nowhere. Prints the server time per name (from `INFO
+/// commandstats`) that the limit's documentation quotes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_set_works_and_one_more_name_is_refused() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(common::lock(&testbed)).await;
+    let names: Vec<String> = (0..1024).map(|i| format!("sku:{i}")).collect();
+    let before = common::calls_on(testbed.node(0), "evalsha");
+    let usec_before = script_usec(testbed.node(0));
+    let guard = lock.try_acquire_all(&names).await.expect("1,024 names");
+    assert_eq!(guard.keys().count(), 1024);
+    let usec = script_usec(testbed.node(0)) - usec_before;
+    let calls = common::calls_on(testbed.node(0), "evalsha") - before;
+    println!(
+        "acquire of 1,024 names: {usec} µs of server time on one node in {calls} call(s): {:.1} µs per name",
+        usec as f64 / 1024.0
+    );
+    guard.release().await;
+
+    let mut more = names;
+    more.push("sku:one-more".into());
+    match lock.try_acquire_all(&more).await {
+        Err(Error::InvalidKey { key, .. }) => assert_eq!(key, "1025 names"),
+        other => panic!(
+            "expected InvalidKey, got {:?}",
+            other.map(|g| g.keys().count())
+        ),
+    }
+}
+
+/// Total µs the node spent in `EVALSHA` (`INFO commandstats`).
+fn script_usec(node: &quorumlock_testbed::RedisNode) -> u64 {
+    let mut conn = node.connection().expect("inspect node");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

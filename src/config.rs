@@ -73,11 +73,28 @@ impl fmt::Debug for NodeAddress {
     }
 }
 
+/// A node as given to the builder.
+#[derive(Clone)]
+enum NodeSpec {
+    Url(String),
+    Client(Box<Client>),
+}
+
+impl NodeSpec {
+    /// As shown in `Debug` and errors: no password.
+    fn shown(&self) -> String {
+        match self {
+            NodeSpec::Url(url) => redact_url(url),
+            NodeSpec::Client(client) => display_name(client.get_connection_info()),
+        }
+    }
+}
+
 /// Builder for [`LockConfig`]; every setting but the nodes has a default.
 #[derive(Clone, Default)]
 #[must_use]
 pub struct LockConfigBuilder {
-    nodes: Vec<String>,
+    nodes: Vec<NodeSpec>,
     ttl: Option<Duration>,
     quorum: Quorum,
     drift_factor: Option<f64>,
@@ -97,8 +114,9 @@ pub struct LockConfigBuilder {
 impl fmt::Debug for LockConfigBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shown = |urls: &[String]| urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>();
+        let nodes: Vec<String> = self.nodes.iter().map(NodeSpec::shown).collect();
         f.debug_struct("LockConfigBuilder")
-            .field("nodes", &shown(&self.nodes))
+            .field("nodes", &nodes)
             .field("ttl", &self.ttl)
             .field("quorum", &self.quorum)
             .field("drift_factor", &self.drift_factor)
@@ -215,9 +233,10 @@ impl LockConfig {
 }
 
 impl LockConfigBuilder {
-    /// Adds one node, a `redis://` (or `rediss://`, `redis+unix://`) URL.
+    /// Adds one node, a `redis://` URL (or `rediss://` with the `tls-rustls`
+    /// or `tls-native-tls` feature, or `redis+unix://`).
     pub fn node(mut self, url: impl Into<String>) -> Self {
-        self.nodes.push(url.into());
+        self.nodes.push(NodeSpec::Url(url.into()));
         self
     }
 
@@ -227,7 +246,41 @@ impl LockConfigBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.nodes.extend(urls.into_iter().map(Into::into));
+        self.nodes
+            .extend(urls.into_iter().map(|url| NodeSpec::Url(url.into())));
+        self
+    }
+
+    /// Adds one node from a client you configured yourself: what a URL
+    /// cannot say, such as TLS with your own CA or a client certificate
+    /// (`redis::Client::build_with_tls`, with a TLS feature), RESP3, or a unix socket with a
+    /// password. The lock makes its own connection from it: **one ordered
+    /// connection per node**, never a pool, because a release must reach a
+    /// node after the acquire it undoes, and only one connection keeps
+    /// that order.
+    ///
+    /// The node is shown (and named in [`durable_nodes`](Self::durable_nodes))
+    /// as `redis://host:port[/db]`, `rediss://…` or the socket path, without
+    /// credentials.
+    ///
+    /// ```
+    /// # let testbed = quorumlock_testbed::Testbed::start(1)?;
+    /// use quorumlock::LockConfig;
+    ///
+    /// use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
+    ///
+    /// // RESP3, which a URL cannot ask for.
+    /// let info = ConnectionAddr::Tcp("127.0.0.1".into(), testbed.node(0).port())
+    ///     .into_connection_info()?
+    ///     .set_redis_settings(RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP3));
+    /// let config = LockConfig::builder()
+    ///     .node_client(redis::Client::open(info)?)
+    ///     .build()?;
+    /// assert_eq!(config.node_urls().count(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn node_client(mut self, client: Client) -> Self {
+        self.nodes.push(NodeSpec::Client(Box::new(client)));
         self
     }
 
@@ -476,35 +529,88 @@ fn check_ttl_with(
     Ok(())
 }
 
-fn parse_nodes(urls: Vec<String>) -> Result<Vec<NodeAddress>, ConfigError> {
-    if urls.is_empty() {
+fn parse_nodes(specs: Vec<NodeSpec>) -> Result<Vec<NodeAddress>, ConfigError> {
+    if specs.is_empty() {
         return Err(ConfigError::NoNodes);
     }
-    let mut nodes: Vec<NodeAddress> = Vec::with_capacity(urls.len());
-    for url in urls {
-        let info = url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| invalid_url(&url, &e))?;
-        let shown = redact_url(&url);
-        if let Some(first) = nodes
-            .iter()
-            .find(|n| same_server(n.client.get_connection_info(), &info))
-        {
+    let mut nodes: Vec<NodeAddress> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let node = match spec {
+            NodeSpec::Url(url) => from_url(url)?,
+            NodeSpec::Client(client) => {
+                let shown = display_name(client.get_connection_info());
+                NodeAddress {
+                    url: shown.clone(),
+                    shown,
+                    client: *client,
+                    durable: false,
+                }
+            }
+        };
+        if let Some(first) = nodes.iter().find(|n| {
+            same_server(
+                n.client.get_connection_info(),
+                node.client.get_connection_info(),
+            )
+        }) {
             return Err(ConfigError::DuplicateNode {
-                url: shown,
+                url: node.shown,
                 first: first.shown.clone(),
             });
         }
-        let client = Client::open(info).map_err(|e| invalid_url(&url, &e))?;
-        nodes.push(NodeAddress {
-            url,
-            shown,
-            client,
-            durable: false,
-        });
+        nodes.push(node);
     }
     Ok(nodes)
+}
+
+/// A node from its URL; `rediss://` needs a TLS feature.
+fn from_url(url: String) -> Result<NodeAddress, ConfigError> {
+    let shown = redact_url(&url);
+    let tls_on = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
+    if !tls_on
+        && url
+            .get(..9)
+            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+    {
+        return Err(ConfigError::TlsNotEnabled { url: shown });
+    }
+    let info = url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| invalid_url(&url, &e))?;
+    let client = Client::open(info).map_err(|e| invalid_url(&url, &e))?;
+    Ok(NodeAddress {
+        url,
+        shown,
+        client,
+        durable: false,
+    })
+}
+
+/// `redis://host:port[/db]`, without credentials, for reports and logs.
+pub(crate) fn display_name(info: &ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    let db = if db == 0 {
+        String::new()
+    } else {
+        format!("/{db}")
+    };
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => format!("redis://{}{db}", host_port(host, *port)),
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{}{db}", host_port(host, *port))
+        }
+        other => format!("{other}{db}"),
+    }
+}
+
+/// `host:port`, an IPv6 address in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// A URL the parser refused, shown without its password (in the parser's
@@ -593,6 +699,55 @@ mod tests {
             other => panic!("expected InvalidNodeUrl, got {other:?}"),
         }
         assert!(err.to_string().contains("http://nope"), "{err}");
+    }
+
+    #[test]
+    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+    fn tls_without_a_tls_feature_names_the_feature() {
+        let err = LockConfig::builder()
+            .node("rediss://app:secret@127.0.0.1:6380")
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::TlsNotEnabled {
+                url: "rediss://app:***@127.0.0.1:6380".into()
+            }
+        );
+        assert!(err.to_string().contains("tls-rustls"), "{err}");
+    }
+
+    #[test]
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn tls_urls_parse_with_a_tls_feature() {
+        let config = LockConfig::builder()
+            .node("rediss://127.0.0.1:6380")
+            .build()
+            .expect("valid");
+        assert_eq!(config.node_urls().next(), Some("rediss://127.0.0.1:6380"));
+    }
+
+    #[test]
+    fn clients_configured_by_the_caller_are_nodes_shown_without_secrets() {
+        let client = redis::Client::open("redis://app:secret@[::1]:7000/2").expect("url");
+        let config = LockConfig::builder()
+            .node_client(client)
+            .node("redis://127.0.0.1:7000")
+            .build()
+            .expect("valid");
+        let urls: Vec<&str> = config.node_urls().collect();
+        assert_eq!(urls, ["redis://[::1]:7000/2", "redis://127.0.0.1:7000"]);
+        assert!(!format!("{config:?}").contains("secret"));
+        // The same server given twice, once as a client: refused.
+        let twice = LockConfig::builder()
+            .node("redis://127.0.0.1:7000")
+            .node_client(redis::Client::open("redis://127.0.0.1:7000").expect("url"))
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(twice, ConfigError::DuplicateNode { .. }),
+            "{twice}"
+        );
     }
 
     #[test]

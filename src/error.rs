@@ -15,6 +15,14 @@ pub enum ConfigError {
         /// The URL as given, its password replaced by `***`.
         url: String,
     },
+    /// A `rediss://` node, but the crate was built without TLS.
+    #[error(
+        "`nodes`: {url:?} needs TLS: enable the `tls-rustls` (or `tls-native-tls`) feature of quorumlock"
+    )]
+    TlsNotEnabled {
+        /// The URL, its password replaced by `***`.
+        url: String,
+    },
     /// `nodes` is empty.
     #[error("`nodes` is empty: a lock needs at least one Redis node")]
     NoNodes,

@@ -27,10 +27,9 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, RedisError, Value,
-};
+use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
 
+use crate::config::display_name;
 use crate::epoch::{ServerHistory, check_epoch};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
 use crate::keys::{Entry, KeySet};
@@ -899,21 +898,6 @@ pub(crate) fn classify(e: &RedisError) -> NodeErrorKind {
 /// value is not a TTL and is refused as an unexpected reply.
 fn pttl(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
-}
-
-/// `redis://host:port[/db]`, without credentials, for reports and logs.
-fn display_name(info: &ConnectionInfo) -> String {
-    let db = info.redis_settings().db();
-    let db = if db == 0 {
-        String::new()
-    } else {
-        format!("/{db}")
-    };
-    match info.addr() {
-        ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}{db}"),
-        ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{host}:{port}{db}"),
-        other => format!("{other}{db}"),
-    }
 }
 
 #[cfg(test)]

@@ -211,6 +211,8 @@ struct Control {
 struct Shared {
     /// Open client connections.
     open: AtomicUsize,
+    /// Client connections accepted since the start.
+    accepted: AtomicUsize,
     /// Running tasks (the accept loop and one per connection).
     tasks: Mutex<usize>,
     tasks_done: Condvar,
@@ -259,6 +261,7 @@ struct OpenGuard(Arc<Shared>);
 impl OpenGuard {
     fn new(shared: &Arc<Shared>) -> Self {
         shared.open.fetch_add(1, Ordering::SeqCst);
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
         Self(Arc::clone(shared))
     }
 }
@@ -398,6 +401,12 @@ impl Proxy {
     /// including those waiting out a [`NetFault::Blackhole`]).
     pub fn connections(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
+    }
+
+    /// The number of client connections accepted since the proxy started
+    /// (open or closed): a client that reconnects in a loop shows here.
+    pub fn accepted(&self) -> usize {
+        self.shared.accepted.load(Ordering::SeqCst)
     }
 }
 

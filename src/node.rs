@@ -47,7 +47,60 @@ enum Slot {
         conn: MultiplexedConnection,
         generation: u64,
     },
+    /// The last connect failed: calls fail at once with its error until
+    /// `retry_at`, so a node that refuses or drops every connection is not
+    /// reconnected on every call (a storm of connects on the server).
+    Failed {
+        error: NodeError,
+        retry_at: tokio::time::Instant,
+    },
 }
+
+/// Whether the current connection answers at all: since when requests
+/// have gone out with no reply of any kind in between. Replies to calls
+/// whose futures were dropped (a fan-out that decided without them) are
+/// not seen here, so a quiet spell only stops new calls; a `PING` probe
+/// then tells a live server from a silent one.
+#[derive(Default)]
+struct Liveness {
+    generation: u64,
+    unanswered_since: Option<tokio::time::Instant>,
+    probing: bool,
+}
+
+impl Liveness {
+    /// Starts over for a new connection.
+    fn on(&mut self, generation: u64) {
+        if self.generation != generation {
+            *self = Liveness {
+                generation,
+                ..Liveness::default()
+            };
+        }
+    }
+
+    fn sent(&mut self, generation: u64) {
+        self.on(generation);
+        self.unanswered_since
+            .get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    fn answered(&mut self, generation: u64) {
+        if self.generation == generation {
+            self.unanswered_since = None;
+        }
+    }
+
+    fn silent_for(&mut self, generation: u64) -> Option<Duration> {
+        self.on(generation);
+        self.unanswered_since.map(|since| since.elapsed())
+    }
+}
+
+/// The first wait after a failed connect; it doubles with each failure in
+/// a row, up to [`MAX_CONNECT_BACKOFF`], and starts over after a success.
+const MIN_CONNECT_BACKOFF: Duration = Duration::from_millis(25);
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A node of the lock: one Redis master.
 pub(crate) struct Node {
@@ -59,6 +112,9 @@ pub(crate) struct Node {
     /// Declared durable: no quarantine, and its epoch survives restarts.
     durable: bool,
     slot: Mutex<Slot>,
+    /// The wait after the next failed connect, in µs (0: none failed).
+    connect_backoff_us: AtomicU64,
+    liveness: Mutex<Liveness>,
     generations: AtomicU64,
     /// Which server each node of this lock service reaches (one vote per
     /// server), and this node's place among them.
@@ -198,6 +254,8 @@ impl Node {
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
             slot: Mutex::new(Slot::Idle),
+            connect_backoff_us: AtomicU64::new(0),
+            liveness: Mutex::default(),
             generations: AtomicU64::new(0),
             servers,
             index,
@@ -464,7 +522,7 @@ impl Node {
     /// inside a Tokio runtime).
     pub(crate) fn start_connecting(self: &Arc<Self>) {
         let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if matches!(*slot, Slot::Idle) {
+        if slot.may_connect() {
             *slot = Slot::Connecting(self.spawn_connect());
         }
     }
@@ -726,12 +784,32 @@ impl Node {
     }
 
     async fn send(
-        &self,
+        self: &Arc<Self>,
         conn: &mut MultiplexedConnection,
         generation: u64,
         cmd: &Cmd,
     ) -> Result<Value, RedisError> {
-        match conn.send_packed_command(cmd).await {
+        // A connection that answers nothing gets nothing more (see
+        // `Liveness`): its queue would only grow. Not replaced either: a
+        // server that is only slow or paused would run the old queue when it
+        // wakes, and a release sent on a new connection could run before the
+        // acquire it undoes, still queued on the old one.
+        if let Some(silent_for) = self.stalled(conn, generation) {
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no reply to anything for {} ms: nothing more is sent until it answers",
+                    silent_for.as_millis()
+                ),
+            )));
+        }
+        self.liveness().sent(generation);
+        let result = conn.send_packed_command(cmd).await;
+        if result.as_ref().is_ok_and(|_| true) || result.as_ref().is_err_and(|e| e.code().is_some())
+        {
+            self.liveness().answered(generation);
+        }
+        match result {
             Ok(Value::ServerError(e)) => Err(e.into()),
             Ok(v) => Ok(v),
             Err(e) => {
@@ -743,6 +821,50 @@ impl Node {
         }
     }
 
+    fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
+        self.liveness.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How long connection `generation` has gone without any reply, if
+    /// longer than the connect timeout; starts a probe (`PING`) then, at
+    /// most one at a time, whose answer lets calls through again.
+    fn stalled(
+        self: &Arc<Self>,
+        conn: &MultiplexedConnection,
+        generation: u64,
+    ) -> Option<Duration> {
+        let silent_for = {
+            let mut liveness = self.liveness();
+            let silent_for = liveness.silent_for(generation)?;
+            if silent_for < self.connect_timeout {
+                return None;
+            }
+            if !std::mem::replace(&mut liveness.probing, true) {
+                self.probe(conn.clone(), generation);
+            }
+            silent_for
+        };
+        Some(silent_for)
+    }
+
+    fn probe(self: &Arc<Self>, mut conn: MultiplexedConnection, generation: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let node = Arc::clone(self);
+        runtime.spawn(async move {
+            let ping = redis::cmd("PING");
+            let answered =
+                tokio::time::timeout(node.connect_timeout, ping.query_async::<Value>(&mut conn))
+                    .await
+                    .is_ok_and(|r| r.is_ok() || r.is_err_and(|e| e.code().is_some()));
+            let mut liveness = node.liveness();
+            liveness.probing = false;
+            if answered {
+                liveness.answered(generation);
+            }
+        });
+    }
     /// The current connection, connecting (once, shared) if there is none.
     async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64), NodeError> {
         let connect = {
@@ -750,7 +872,8 @@ impl Node {
             match &*slot {
                 Slot::Ready { conn, generation } => return Ok((conn.clone(), *generation)),
                 Slot::Connecting(connect) => connect.clone(),
-                Slot::Idle => {
+                Slot::Failed { error, .. } if !slot.may_connect() => return Err(error.clone()),
+                Slot::Idle | Slot::Failed { .. } => {
                     let connect = self.spawn_connect();
                     *slot = Slot::Connecting(connect.clone());
                     connect
@@ -803,6 +926,7 @@ impl Node {
             let mut slot = node.slot.lock().unwrap_or_else(PoisonError::into_inner);
             match result {
                 Ok(conn) => {
+                    node.connect_backoff_us.store(0, Ordering::Relaxed);
                     let generation = node.generations.fetch_add(1, Ordering::Relaxed) + 1;
                     *slot = Slot::Ready {
                         conn: conn.clone(),
@@ -812,8 +936,14 @@ impl Node {
                     Ok((conn, generation))
                 }
                 Err(e) => {
-                    *slot = Slot::Idle;
-                    Err(node.error(&e))
+                    let error = node.error(&e);
+                    let wait = node.next_connect_backoff();
+                    tracing::debug!(node = %node.name, %error, wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "connect failed; calls fail fast until the next try");
+                    *slot = Slot::Failed {
+                        error: error.clone(),
+                        retry_at: tokio::time::Instant::now() + wait,
+                    };
+                    Err(error)
                 }
             }
         });
@@ -832,6 +962,17 @@ impl Node {
     }
 
     /// Drops a connection that failed, unless it was already replaced.
+    /// The wait before the next connect after one more failure in a row.
+    fn next_connect_backoff(&self) -> Duration {
+        let last = Duration::from_micros(self.connect_backoff_us.load(Ordering::Relaxed));
+        let wait = (last * 2).clamp(MIN_CONNECT_BACKOFF, MAX_CONNECT_BACKOFF);
+        self.connect_backoff_us.store(
+            u64::try_from(wait.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        wait
+    }
+
     fn forget(&self, generation: u64) {
         let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
         if matches!(&*slot, Slot::Ready { generation: g, .. } if *g == generation) {
@@ -841,6 +982,18 @@ impl Node {
 
     fn error(&self, e: &RedisError) -> NodeError {
         NodeError::new(&self.name, classify(e), e.to_string())
+    }
+}
+
+impl Slot {
+    /// Whether a call may start a connect now: none is up or under way,
+    /// and a failed one's backoff has passed.
+    fn may_connect(&self) -> bool {
+        match self {
+            Slot::Idle => true,
+            Slot::Failed { retry_at, .. } => tokio::time::Instant::now() >= *retry_at,
+            Slot::Connecting(_) | Slot::Ready { .. } => false,
+        }
     }
 }
 

@@ -632,9 +632,9 @@ async fn subscribe_loop(
     notices: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut wanted: HashSet<String> = HashSet::new();
-    let mut pause = Duration::from_millis(50);
+    let mut backoff = Backoff::default();
     let mut reconnecting = false;
-    'connection: loop {
+    loop {
         while wanted.is_empty() {
             match changes.recv().await {
                 Some(change) => apply(&mut wanted, change),
@@ -642,59 +642,133 @@ async fn subscribe_loop(
             }
         }
         let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        let (mut sink, mut stream) = match connected {
-            Ok(Ok(pubsub)) => pubsub.split(),
-            outcome => {
-                tracing::debug!(%node, ok = outcome.is_ok(), "wake-up subscriber cannot connect; retrying");
-                let wait = tokio::time::sleep(pause);
-                tokio::pin!(wait);
-                pause = (pause * 2).min(Duration::from_secs(1));
-                loop {
-                    tokio::select! {
-                        () = &mut wait => continue 'connection,
-                        change = changes.recv() => match change {
-                            Some(change) => apply(&mut wanted, change),
-                            None => return,
-                        },
-                    }
+        let subscribed = match connected {
+            Ok(Ok(pubsub)) => {
+                let (mut sink, stream) = pubsub.split();
+                let all: Vec<&String> = wanted.iter().collect();
+                match tokio::time::timeout(connect_timeout, sink.subscribe(all)).await {
+                    Ok(Ok(())) => Some((sink, stream)),
+                    _ => None,
                 }
             }
+            _ => None,
         };
-        let all: Vec<&String> = wanted.iter().collect();
-        if !matches!(
-            tokio::time::timeout(connect_timeout, sink.subscribe(all)).await,
-            Ok(Ok(()))
-        ) {
-            continue;
+        // Every way this connection can fail (refused, closed, an error
+        // reply to SUBSCRIBE such as NOAUTH, a stream that ends) waits out
+        // the backoff before the next try, reading the changes meanwhile:
+        // a lock service that is gone ends the loop at once.
+        if let Some((sink, stream)) = subscribed {
+            if reconnecting {
+                deliver_all(&names, index);
+            }
+            reconnecting = true;
+            let up = tokio::time::Instant::now();
+            let listen = Listen {
+                index,
+                connect_timeout,
+                names: &names,
+                notices: &notices,
+            };
+            if !listen.run(sink, stream, &mut wanted, &mut changes).await {
+                return;
+            }
+            backoff.after_connection(up.elapsed());
         }
-        pause = Duration::from_millis(50);
-        if reconnecting {
-            deliver_all(&names, index);
+        tracing::debug!(%node, "wake-up subscriber lost or cannot make its connection; retrying after a backoff");
+        if !backoff.wait(&mut wanted, &mut changes).await {
+            return;
         }
-        reconnecting = true;
+    }
+}
+
+/// The wait between two connections of a subscriber: from 50 ms, doubling
+/// up to 1 s; it starts over only after a connection that stayed up, so a
+/// server that accepts and then drops every connection is not hammered.
+struct Backoff {
+    pause: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            pause: Backoff::FIRST,
+        }
+    }
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn after_connection(&mut self, lasted: Duration) {
+        if lasted >= Backoff::MAX {
+            self.pause = Backoff::FIRST;
+        }
+    }
+
+    /// Sleeps the pause (then doubles it), applying changes meanwhile.
+    /// `false` when the lock service is gone.
+    async fn wait(
+        &mut self,
+        wanted: &mut HashSet<String>,
+        changes: &mut mpsc::UnboundedReceiver<Change>,
+    ) -> bool {
+        let wait = tokio::time::sleep(self.pause);
+        tokio::pin!(wait);
+        self.pause = (self.pause * 2).min(Backoff::MAX);
+        loop {
+            tokio::select! {
+                () = &mut wait => return true,
+                change = changes.recv() => match change {
+                    Some(change) => apply(wanted, change),
+                    None => return false,
+                },
+            }
+        }
+    }
+}
+
+/// A subscriber's connection while it is up.
+struct Listen<'a> {
+    index: usize,
+    connect_timeout: Duration,
+    names: &'a Weak<Mutex<HashMap<Arc<str>, Waiters>>>,
+    notices: &'a std::sync::atomic::AtomicU64,
+}
+
+impl Listen<'_> {
+    /// Delivers notices and applies changes until the connection fails
+    /// (`true`: make another) or the lock service is gone (`false`).
+    async fn run(
+        &self,
+        mut sink: redis::aio::PubSubSink,
+        mut stream: redis::aio::PubSubStream,
+        wanted: &mut HashSet<String>,
+        changes: &mut mpsc::UnboundedReceiver<Change>,
+    ) -> bool {
         loop {
             tokio::select! {
                 message = stream.next() => match message {
                     Some(message) => {
-                        notices.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        deliver(&names, index, message.get_channel_name());
+                        self.notices.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        deliver(self.names, self.index, message.get_channel_name());
                     }
-                    None => continue 'connection,
+                    None => return true,
                 },
                 change = changes.recv() => {
-                    let Some(change) = change else { return };
+                    let Some(change) = change else { return false };
                     let sent = match &change {
                         Change::Subscribe(c) if !wanted.contains(c) => {
-                            tokio::time::timeout(connect_timeout, sink.subscribe(c)).await
+                            tokio::time::timeout(self.connect_timeout, sink.subscribe(c)).await
                         }
                         Change::Unsubscribe(c) if wanted.contains(c) => {
-                            tokio::time::timeout(connect_timeout, sink.unsubscribe(c)).await
+                            tokio::time::timeout(self.connect_timeout, sink.unsubscribe(c)).await
                         }
                         _ => Ok(Ok(())),
                     };
-                    apply(&mut wanted, change);
+                    apply(wanted, change);
                     if !matches!(sent, Ok(Ok(()))) {
-                        continue 'connection;
+                        return true;
                     }
                 }
             }

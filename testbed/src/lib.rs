@@ -57,6 +57,7 @@ pub mod chaos;
 mod error;
 pub mod failover;
 pub mod fakeclock;
+pub mod hostile;
 mod node;
 mod options;
 pub mod proxy;

@@ -24,6 +24,7 @@ fn every_misbehaviour() -> Vec<Misbehaviour> {
         Misbehaviour::WrongType,
         Misbehaviour::CloseMidReply,
         Misbehaviour::HandshakeThenSilent,
+        Misbehaviour::Late(Duration::from_millis(100)),
     ];
     for error in [
         "ERR unknown command",
@@ -314,4 +315,51 @@ async fn five_thousand_cycles_next_to_broken_servers_leave_nothing_growing() {
         connections as f64 <= 2.0 * took.as_secs_f64() + 4.0,
         "{connections} connections"
     );
+}
+
+/// A real server that stops answering (SIGSTOP) past the connect timeout
+/// and then heals: while it is silent its connection gets only probes, and
+/// once it answers again it votes at once, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_votes_again_as_soon_as_it_answers() {
+    let mut testbed = Testbed::start(3).expect("testbed");
+    let lock = MultiLock::new(
+        LockConfig::builder()
+            .nodes(testbed.urls())
+            .ttl(Duration::from_secs(2))
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(Duration::from_millis(300))
+            .wake_ups(false)
+            .build()
+            .expect("valid"),
+    );
+    let paused = testbed.node(2).url();
+    let holds_paused = |guard: &quorumlock::LockGuard| guard.held_nodes().any(|n| n == paused);
+    let warm = lock.try_acquire("heal").await.expect("all up");
+    assert!(holds_paused(&warm));
+    warm.release().await;
+
+    testbed.nodes_mut()[2].pause().expect("SIGSTOP");
+    // Past the connect timeout with calls going out: the node goes quiet.
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        let guard = lock.try_acquire("heal").await.expect("2 of 3");
+        guard.release().await;
+    }
+    testbed.nodes_mut()[2].resume().expect("SIGCONT");
+    let resumed = Instant::now();
+    let mut back = None;
+    for _ in 0..200 {
+        let guard = lock.try_acquire("heal").await.expect("2 of 3");
+        let held = holds_paused(&guard);
+        guard.release().await;
+        if held {
+            back = Some(resumed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let back = back.expect("the healed node votes again within 200 tries");
+    println!("a paused server votes again {back:?} after it resumed");
+    assert!(back < Duration::from_secs(2), "{back:?}");
 }

@@ -58,6 +58,12 @@ pub enum Misbehaviour {
     WrongType,
     /// Answers half of a reply, then closes.
     CloseMidReply,
+    /// Answers the connection's set-up like
+    /// [`HandshakeThenSilent`](Self::HandshakeThenSilent), then every later
+    /// command only after this delay, with an error reply (the one answer
+    /// that fits every command): replies that come after the caller gave
+    /// up on them.
+    Late(Duration),
     /// Answers what a connection's set-up sends (`CLIENT`, `HELLO`,
     /// `SELECT`, `PING`, `SCRIPT LOAD`, `INFO`, the epoch check's `EVAL`)
     /// like a fresh master, then never answers again.
@@ -191,6 +197,7 @@ async fn connection(stream: TcpStream, misbehaviour: Misbehaviour, commands: &At
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     let mut silent = misbehaviour == Misbehaviour::Silent;
+    let mut handshake_over = false;
     while let Some(command) = read_command(&mut read).await {
         commands.fetch_add(1, Ordering::SeqCst);
         if silent {
@@ -217,6 +224,16 @@ async fn connection(stream: TcpStream, misbehaviour: Misbehaviour, commands: &At
                 let (reply, last) = handshake_reply(&command);
                 silent = last;
                 reply
+            }
+            Misbehaviour::Late(delay) => {
+                if handshake_over {
+                    tokio::time::sleep(*delay).await;
+                    b"-ERR late reply\r\n".to_vec()
+                } else {
+                    let (reply, last) = handshake_reply(&command);
+                    handshake_over = last;
+                    reply
+                }
             }
             Misbehaviour::CloseOnAccept | Misbehaviour::Silent => return,
         };

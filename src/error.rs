@@ -400,6 +400,9 @@ pub enum LostReason {
     MaxHoldReached(Duration),
     /// The guard was released (or dropped).
     Released,
+    /// An operator released the name whatever its owner
+    /// ([`MultiLock::force_release`](crate::MultiLock::force_release)).
+    ForceReleased,
 }
 
 impl fmt::Display for LostReason {
@@ -417,6 +420,7 @@ impl fmt::Display for LostReason {
                 write!(f, "the maximum hold time of {} was reached", Human(*max))
             }
             LostReason::Released => f.write_str("it was released"),
+            LostReason::ForceReleased => f.write_str("an operator force-released it"),
         }
     }
 }

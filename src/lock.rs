@@ -162,6 +162,61 @@ impl MultiLock {
         join_all(self.services.core.nodes.iter().map(|n| n.adopt())).await
     }
 
+    /// An operator's release of `name`, whatever its owner (Redisson's
+    /// `forceUnlock`): deletes the lock key on every node, announces the
+    /// release to waiters, and ends at once the guards of this lock service
+    /// that hold it ([`LostReason::ForceReleased`](crate::LostReason::ForceReleased)).
+    /// Logged at warn level. Returns, per node, whether a key was there.
+    ///
+    /// Every node also keeps a marker, `quorumlock:forced:<name>`, for the
+    /// longer of the TTL and the quarantine (the longest TTL any client
+    /// uses), so that no renewal re-takes the key: a holder in another
+    /// process with the watchdog learns it at its next renewal, and is
+    /// declared lost before its deadline. A holder without the watchdog
+    /// cannot be told; it believes it holds until its validity ends, which
+    /// is what fencing tokens are for. Anyone may take the name at once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use quorumlock::{LockConfig, LostReason, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+    /// let stuck = lock.try_acquire("nightly").await?;
+    /// let found = lock.force_release("nightly").await;
+    /// assert!(found.iter().filter(|r| matches!(r, Ok(true))).count() >= 2);
+    /// assert_eq!(stuck.lost().await.reason, LostReason::ForceReleased);
+    /// lock.try_acquire("nightly").await?.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the name released on some nodes and
+    /// not others; calling it again finishes the job.
+    pub async fn force_release(&self, name: &str) -> Vec<Result<bool, NodeError>> {
+        let core = &self.services.core;
+        let marker = core.config.ttl.max(core.config.quarantine);
+        let marker_ms = crate::core::ttl_millis(marker).max(1);
+        let local = self
+            .services
+            .watchdog
+            .end_holders_of(name, &crate::LostReason::ForceReleased);
+        let results = join_all(core.nodes.iter().map(|n| n.force_release(name, marker_ms))).await;
+        let found = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        tracing::warn!(
+            key = name,
+            found,
+            failed,
+            local,
+            "force-released by an operator"
+        );
+        results
+    }
+
     /// One attempt to take the lock named `key`.
     ///
     /// Returns the guard when the quorum was won with more than the minimum

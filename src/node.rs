@@ -706,7 +706,25 @@ impl Node {
         .await
     }
 
-    /// Sends a plain command (no script).
+    /// Deletes the lock key `name` whatever its owner, keeps any renewal
+    /// from re-taking it for `marker_ms`, and announces the release
+    /// (`scripts/force_release.lua`). `true` if a key was there.
+    pub(crate) async fn force_release(
+        self: &Arc<Self>,
+        name: &str,
+        marker_ms: u64,
+    ) -> Result<bool, NodeError> {
+        let reply = self
+            .eval(&scripts::FORCE_RELEASE, |cmd| {
+                cmd.arg(1).arg(name).arg(marker_ms);
+            })
+            .await?;
+        match reply {
+            Value::Int(n @ 0..=1) => Ok(n == 1),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
     /// Adopts this node if it is empty: its epoch starts at once
     /// ([`NodeErrorKind::NotEmpty`] otherwise).
     pub(crate) async fn adopt(self: &Arc<Self>) -> Result<(), NodeError> {

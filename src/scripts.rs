@@ -36,6 +36,9 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 /// node announces that it is free.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+/// An operator's release of a name, whatever its owner.
+pub(crate) static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/force_release.lua")));
 /// Compare-and-expire.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -85,10 +88,11 @@ pub(crate) static ADOPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/adopt.lua")));
 
 /// Every script, loaded on each new connection.
-pub(crate) fn all() -> [&'static Script; 9] {
+pub(crate) fn all() -> [&'static Script; 10] {
     [
         &ACQUIRE,
         &RELEASE,
+        &FORCE_RELEASE,
         &EXTEND,
         &RENEW,
         &FENCE,

@@ -107,7 +107,7 @@ use tracing::Instrument;
 
 use crate::clock::Stamp;
 use crate::core::{Core, ttl_millis};
-use crate::error::NodeError;
+use crate::error::{LostReason, NodeError};
 use crate::fanout::{End, fan_out};
 use crate::lease::{Flight, Hold, Lease, Recorded, RenewalClaim, Win};
 use crate::node::{RENEW_CHUNK, RenewItem, RenewReply};
@@ -214,6 +214,26 @@ impl Watchdog {
     /// the watchdog task if it is not running.
     pub(crate) fn watch(&self, lease: &Arc<Lease>) {
         self.shared.watch(lease);
+    }
+}
+
+impl Watchdog {
+    /// Ends every watched lease that holds `name`, for `reason`; how many.
+    pub(crate) fn end_holders_of(&self, name: &str, reason: &LostReason) -> usize {
+        let queue = self
+            .shared
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut ended = 0;
+        for due in queue.renewals.iter().chain(queue.losses.iter()) {
+            let lease = &due.lease;
+            if lease.is_held() && lease.entry.keys.names().iter().any(|n| &**n == name) {
+                lease.end(reason.clone());
+                ended += 1;
+            }
+        }
+        ended
     }
 }
 

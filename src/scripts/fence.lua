@@ -22,7 +22,8 @@ local m = #KEYS / 2
 local absent = {}
 for i = 1, m do
   local owner = redis.pcall('HGET', KEYS[i], 'owner')
-  if owner == false and redis.call('EXISTS', KEYS[i]) == 0 then
+  -- Absent and not force-released (quorumlock:forced:<key>): re-taken.
+  if owner == false and redis.call('EXISTS', KEYS[i], 'quorumlock:forced:' .. KEYS[i]) == 0 then
     absent[#absent + 1] = KEYS[i]
   elseif owner ~= ARGV[1] then
     return 0

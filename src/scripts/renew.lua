@@ -6,7 +6,8 @@
 --   1  every key carried our hold: TTL raised to at least the TTL
 --   2  as 1, but some key was absent (node restarted empty, failover) and
 --      was re-taken with our token and entry, or lacked our entry: "healed"
---   0  some key is held by another owner: nothing written for this guard
+--   0  some key is held by another owner, or was force-released (absent,
+--      with a `quorumlock:forced:<key>` marker): nothing written for this guard
 --  -1  some key holds a value of another type: nothing written
 -- HMGET runs under pcall so that one wrong-typed key cannot fail the
 -- renewal of every other guard in the batch. A key that already carries our
@@ -29,7 +30,9 @@ while a < #ARGV do
       code = -1
       break
     elseif found[1] == false then
-      if redis.call('EXISTS', KEYS[i]) == 1 then
+      -- Held by another (or not a lock key), or force-released by an
+      -- operator (quorumlock:forced:<key>): never re-taken.
+      if redis.call('EXISTS', KEYS[i], 'quorumlock:forced:' .. KEYS[i]) > 0 then
         code = 0
         break
       end

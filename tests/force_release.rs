@@ -1,0 +1,64 @@
+//! An operator's release of a name whatever its owner: the name is free at
+//! once, a holder of this lock service is ended at once, and a holder in
+//! another lock service (another process) learns it at its next renewal,
+//! before its deadline, because no renewal re-takes a force-released key.
+
+mod common;
+
+use std::time::Duration;
+
+use quorumlock::{LostReason, MultiLock};
+use quorumlock_testbed::Testbed;
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn watched(testbed: &Testbed) -> MultiLock {
+    common::lock_with(testbed, |b| {
+        b.ttl(TTL)
+            .node_timeout(Duration::from_millis(50))
+            .watchdog(true)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_elsewhere_learns_at_its_next_renewal_and_the_key_stays_gone() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let holder = common::connected(watched(&testbed)).await;
+    let operator = common::connected(common::lock(&testbed)).await;
+    let guard = holder.try_acquire("nightly").await.expect("free");
+    let deadline = guard.deadline();
+
+    let found = operator.force_release("nightly").await;
+    assert_eq!(found.iter().filter(|r| matches!(r, Ok(true))).count(), 3);
+    let notice = tokio::time::timeout(TTL * 2, guard.lost())
+        .await
+        .expect("learned within the TTL");
+    assert!(
+        matches!(notice.reason, LostReason::KeysGone(_)),
+        "{}",
+        notice.reason
+    );
+    assert!(notice.at < deadline, "before its deadline");
+    // Its renewal found the name gone and did not re-take it.
+    for node in testbed.nodes() {
+        assert_eq!(common::value_on(node, "nightly"), None);
+    }
+    let next = operator
+        .try_acquire("nightly")
+        .await
+        .expect("free for anyone");
+    next.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_of_the_same_lock_service_ends_at_once() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(watched(&testbed)).await;
+    let guard = lock.try_acquire("nightly").await.expect("free");
+    lock.force_release("nightly").await;
+    assert!(!guard.is_held());
+    assert_eq!(guard.lost().await.reason, LostReason::ForceReleased);
+    let next = lock.try_acquire("nightly").await.expect("free again");
+    assert!(next.is_held());
+    next.release().await;
+}

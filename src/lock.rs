@@ -104,6 +104,21 @@ impl MultiLock {
     /// Connects to every node now, concurrently, and reports each node's
     /// result (in configuration order). Optional: acquires connect on demand.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// // At start-up: fail fast if a node is unreachable or misconfigured.
+    /// for (url, connected) in lock.config().node_urls().zip(lock.warm_up().await) {
+    ///     connected.map_err(|e| format!("{url}: {e}"))?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future stops waiting; connects already started finish
@@ -227,6 +242,21 @@ impl MultiLock {
     /// node the attempt may have written to, queued behind the attempt's own
     /// request on that node's connection.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use quorumlock::{Error, LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("stock:42").await?;
+    /// // Held: a second attempt, from any owner, is refused at once.
+    /// assert!(matches!(lock.try_acquire("stock:42").await, Err(Error::Contended { .. })));
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future before it completes leaks at most keys that
@@ -248,6 +278,25 @@ impl MultiLock {
     /// is lost, it sleeps for the holder's remaining TTL or the jittered
     /// backoff of the [`RetryPolicy`](crate::RetryPolicy), whichever is
     /// shorter. See [`crate::wake`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use std::time::Duration;
+    /// use quorumlock::{Error, LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let first = lock.acquire("nightly", Duration::from_secs(1)).await?;
+    /// // The name is taken: this waits up to 100 ms, then gives up.
+    /// match lock.acquire("nightly", Duration::from_millis(100)).await {
+    ///     Err(Error::WaitBudgetExhausted { attempts, .. }) => assert!(attempts >= 1),
+    ///     other => panic!("expected to give up, got {other:?}"),
+    /// }
+    /// first.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///

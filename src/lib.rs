@@ -89,6 +89,18 @@
 //! [quarantine](LockConfigBuilder::quarantine) (default: the TTL), judged
 //! in the same script call as each vote, and fencing counters carry the
 //! node's epoch, so a counter that went back is never trusted.
+//!
+//! # Cargo features
+//!
+//! * `tls-rustls`: `rediss://` nodes over rustls (the platform's and the
+//!   webpki roots; a private CA or a client certificate through
+//!   [`LockConfigBuilder::node_client`]).
+//! * `tls-native-tls`: `rediss://` nodes over the platform's TLS (OpenSSL on
+//!   Linux).
+//!
+//! Without either, a `rediss://` node is [`ConfigError::TlsNotEnabled`].
+//! The `redis` crate is re-exported as [`redis`], so a client you build for
+//! [`LockConfigBuilder::node_client`] is of the version the lock uses.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -136,6 +148,9 @@ pub use lease::{Hold, LossNotice, Renewal};
 pub use lock::MultiLock;
 pub use owner::Owner;
 pub use quorum::Quorum;
+/// The `redis` crate this lock is built on, for clients you configure
+/// yourself ([`LockConfigBuilder::node_client`]).
+pub use redis;
 pub use release::ReleaseReport;
 pub use retry::RetryPolicy;
 pub use stats::{LockStats, NodeStats};

@@ -71,6 +71,10 @@ async fn a_bad_counter_read_by_an_acquire_is_a_typed_error_and_the_name_stays_us
             }
             other => panic!("{bad}: expected QuorumNotReached, got {other:?}"),
         }
+        // The refused attempt's rollback reaches the nodes that had not
+        // answered yet in the background (on the strict service's own
+        // connections): wait for it before the other service tries.
+        common::wait_until_gone(&testbed, NAME, "the refused attempt rolled back").await;
         // A majority: the name is still usable and its token still rises.
         let guard = lock.try_acquire(NAME).await.expect("the honest majority");
         let token = guard

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::core::ttl_millis;
 use crate::error::{Error, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound, quorum_round};
 use crate::guard::{HeldLock, LockGuard, Services};
@@ -40,19 +41,22 @@ pub(crate) struct Request {
     pub(crate) fence: Option<Arc<OnceCell<u64>>>,
     /// Whether the watchdog renews the guard.
     pub(crate) watched: bool,
+    /// The keys' TTL (the lock's, unless this acquire set its own).
+    pub(crate) ttl: Duration,
 }
 
 impl Request {
     pub(crate) fn new<S: AsRef<str>>(
         keys: &[S],
         owner: Option<Arc<str>>,
-        watched: bool,
+        (watched, ttl): (bool, Duration),
     ) -> Result<Request, Error> {
         Ok(Request {
             keys: KeySet::new(keys)?,
             owner,
             fence: None,
             watched,
+            ttl,
         })
     }
 
@@ -86,7 +90,7 @@ impl Services {
     async fn attempt_in_span(self: &Arc<Self>, request: &Request) -> Result<LockGuard, Error> {
         let core = &self.core;
         let entry = request.entry();
-        let ttl_ms = core.ttl_ms();
+        let ttl_ms = ttl_millis(request.ttl);
         bump(&core.counters.attempts);
         let mut round = quorum_round(
             core.nodes.len(),
@@ -179,13 +183,14 @@ impl Services {
         handoff: bool,
     ) -> Result<LockGuard, Error> {
         let config = &self.core.config;
-        let (validity, _) = round.validity(config.ttl, config.drift_factor);
+        let (validity, _) = round.validity(request.ttl, config.drift_factor);
         let span = tracing::Span::current();
         span.record("won", round.tally.won());
         span.record("elapsed_us", round.elapsed.as_micros() as u64);
         span.record("validity_ms", validity.as_millis() as u64);
 
-        if round.won_with(config.ttl, config.drift_factor, config.min_validity) {
+        let min_validity = config.min_validity_for(request.ttl);
+        if round.won_with(request.ttl, config.drift_factor, min_validity) {
             tracing::debug!(won = round.tally.won(), ?validity, "acquired");
             bump(&self.core.counters.acquired);
             return Ok(self.guard(request, entry, round));
@@ -216,6 +221,7 @@ impl Services {
             start: round.start,
             holds: Hold::from_votes(&round.votes),
             watched: request.watched,
+            ttl: request.ttl,
             fence: request.fence.clone().unwrap_or_default(),
             fence_reads,
         };
@@ -328,6 +334,7 @@ impl HeldLock {
             owner: Some(Arc::clone(&lease.entry.token)),
             fence: Some(Arc::clone(&lease.fence)),
             watched: lease.watched,
+            ttl: self.services.core.config.ttl,
         };
         self.services.attempt(&request).await
     }

@@ -151,6 +151,18 @@ impl LockConfig {
         LockConfigBuilder::default()
     }
 
+    /// The least validity a win with `ttl` must leave: the configured one,
+    /// scaled down for a guard with a shorter TTL of its own (as the
+    /// renewal interval and the loss margin are).
+    pub(crate) fn min_validity_for(&self, ttl: Duration) -> Duration {
+        if ttl >= self.ttl {
+            self.min_validity
+        } else {
+            self.min_validity
+                .mul_f64(ttl.as_secs_f64() / self.ttl.as_secs_f64())
+        }
+    }
+
     /// The node URLs, in configuration order, each password replaced by
     /// `***`.
     pub fn node_urls(&self) -> impl ExactSizeIterator<Item = &str> {
@@ -940,5 +952,69 @@ mod tests {
             ),
             "{err:?}"
         );
+    }
+}
+
+/// How one acquire keeps its guard, when it differs from the lock's
+/// configuration: the keys' TTL and whether the watchdog renews it.
+/// Redisson users know this as `tryLock(wait, lease)`; one [`MultiLock`]
+/// (one set of connections) serves every lease length.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// use std::time::Duration;
+/// use quorumlock::{GuardOptions, LockConfig, MultiLock};
+///
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// // A short job: a 2 s lease, no watchdog.
+/// let quick = GuardOptions::default().ttl(Duration::from_secs(2));
+/// let guard = lock.acquire_with("cache-warm", Duration::from_secs(1), &quick).await?;
+/// assert!(guard.validity() <= Duration::from_secs(2));
+/// guard.release().await;
+/// // A long one: the watchdog keeps it alive, whatever the lock's default.
+/// let long = GuardOptions::default().watchdog(true);
+/// let guard = lock.try_acquire_with("reindex", &long).await?;
+/// guard.release().await;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`MultiLock`]: crate::MultiLock
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct GuardOptions {
+    ttl: Option<Duration>,
+    watchdog: Option<bool>,
+}
+
+impl GuardOptions {
+    /// The keys' TTL for this guard (default: the lock's). Checked as the
+    /// lock's TTL is: a TTL that leaves no validity is
+    /// [`Error::Config`](crate::Error::Config).
+    pub fn ttl(mut self, ttl: Duration) -> GuardOptions {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Whether the watchdog renews this guard (default: the lock's
+    /// setting).
+    pub fn watchdog(mut self, on: bool) -> GuardOptions {
+        self.watchdog = Some(on);
+        self
+    }
+
+    /// The TTL and watchdog setting for a guard of a lock with `config`,
+    /// the TTL checked against the other settings.
+    pub(crate) fn resolve(&self, config: &LockConfig) -> Result<(bool, Duration), ConfigError> {
+        let ttl = self.ttl.unwrap_or(config.ttl);
+        check_ttl_with(
+            ttl,
+            config.node_timeout,
+            config.drift_factor,
+            config.min_validity_for(ttl),
+        )?;
+        Ok((self.watchdog.unwrap_or(config.watchdog), ttl))
     }
 }

@@ -129,6 +129,8 @@ pub(crate) struct Grant {
     /// Each node's hold after the round.
     pub(crate) holds: Vec<Hold>,
     pub(crate) watched: bool,
+    /// The keys' TTL this round set.
+    pub(crate) ttl: Duration,
     /// The fencing token cell (shared with the hold this one re-entered).
     pub(crate) fence: Arc<OnceCell<u64>>,
     pub(crate) fence_reads: FenceReads,
@@ -218,7 +220,7 @@ pub(crate) struct Lease {
 
 impl Lease {
     pub(crate) fn new(core: Arc<Core>, grant: Grant) -> Lease {
-        let ttl = core.config.ttl;
+        let ttl = grant.ttl;
         let deadline = grant
             .start
             .after(quorum::lease(ttl, core.config.drift_factor));

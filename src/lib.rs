@@ -139,7 +139,7 @@ mod lock;
 mod scoped;
 
 pub use clock::Stamp;
-pub use config::{LockConfig, LockConfigBuilder};
+pub use config::{GuardOptions, LockConfig, LockConfigBuilder};
 pub use error::{
     ConfigError, Error, LostReason, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports,
 };

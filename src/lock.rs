@@ -232,6 +232,40 @@ impl MultiLock {
         results
     }
 
+    /// [`try_acquire`](Self::try_acquire) with this guard's own TTL or
+    /// watchdog setting ([`GuardOptions`](crate::GuardOptions)).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_with(
+        &self,
+        key: &str,
+        options: &crate::GuardOptions,
+    ) -> Result<LockGuard, Error> {
+        self.acquire_request(self.request_with(&[key], options)?, None)
+            .await
+    }
+
+    /// [`acquire`](Self::acquire) with this guard's own TTL or watchdog
+    /// setting ([`GuardOptions`](crate::GuardOptions)). A waiter with its
+    /// own TTL is never handed the name by a release of this lock service
+    /// (that hands over with the lock's TTL); it takes its turn by an
+    /// attempt on the release notice.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn acquire_with(
+        &self,
+        key: &str,
+        wait: Duration,
+        options: &crate::GuardOptions,
+    ) -> Result<LockGuard, Error> {
+        self.acquire_request(self.request_with(&[key], options)?, Some(wait))
+            .await
+    }
+
     /// One attempt to take the lock named `key`.
     ///
     /// Returns the guard when the quorum was won with more than the minimum
@@ -428,7 +462,13 @@ impl MultiLock {
         keys: &[S],
         owner: Option<Arc<str>>,
     ) -> Result<Request, Error> {
-        Request::new(keys, owner, self.services.core.config.watchdog)
+        let config = &self.services.core.config;
+        Request::new(keys, owner, (config.watchdog, config.ttl))
+    }
+
+    fn request_with(&self, keys: &[&str], options: &crate::GuardOptions) -> Result<Request, Error> {
+        let how = options.resolve(&self.services.core.config)?;
+        Request::new(keys, None, how)
     }
 
     /// Runs a request: one attempt (`wait: None`), or attempts until won or
@@ -449,7 +489,10 @@ impl MultiLock {
         let mut waiting = services.wake.waiter(&request.keys, &services.core.counters);
         let mut attempts = 0u32;
         // One name: a release by this lock service may take it for us.
-        let next = || (request.keys.len() == 1).then(|| request.entry());
+        // A release hands the name over with the lock's TTL: an acquire
+        // with a TTL of its own takes its turn by an attempt instead.
+        let handoff = request.keys.len() == 1 && request.ttl == services.core.config.ttl;
+        let next = || handoff.then(|| request.entry());
         let mut woken = Woken::Retry;
         if services.wake.has_waiters(&request.keys) {
             // Others of this lock service wait for it already: queue behind

@@ -75,7 +75,10 @@ impl MultiLock {
         Fut: Future<Output = T>,
     {
         let guard = self
-            .acquire_request(Request::new(&[key], None, true)?, Some(wait))
+            .acquire_request(
+                Request::new(&[key], None, (true, self.config().ttl()))?,
+                Some(wait),
+            )
             .await?;
         let lost = guard.lost();
         let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(guard.handle()))) {

@@ -680,6 +680,7 @@ mod tests {
                 start,
                 holds: vec![Hold::Held; 3],
                 watched: true,
+                ttl: core.config.ttl,
                 fence: Arc::default(),
                 fence_reads: Box::new([]),
             },

@@ -96,6 +96,19 @@ impl std::fmt::Debug for FencedResource {
 impl FencedResource {
     /// Connects to the server at `url` and uses the hash `key` there.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// use quorumlock::fenced::FencedResource;
+    ///
+    /// // A server of its own, not one of the lock's nodes.
+    /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+    /// assert_eq!(ledger.read().await?, None, "nothing written yet");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future abandons the connect; nothing is written.
@@ -119,6 +132,20 @@ impl FencedResource {
     }
 
     /// Stores `value` if `token` is at least the last accepted token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// use quorumlock::fenced::{FencedResource, Write};
+    ///
+    /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+    /// assert_eq!(ledger.write(41, "balance 100").await?, Write::Accepted);
+    /// // A holder that paused past its lease comes back with an older token.
+    /// assert_eq!(ledger.write(40, "balance 0").await?, Write::Rejected { last: 41 });
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -199,6 +226,19 @@ impl FencedResource {
     }
 
     /// The last accepted token and value, if any write was accepted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// use quorumlock::fenced::FencedResource;
+    ///
+    /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+    /// ledger.write(7, "v7").await?;
+    /// assert_eq!(ledger.read().await?, Some((7, "v7".to_string())));
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///

@@ -235,6 +235,22 @@ impl MultiLock {
     /// [`try_acquire`](Self::try_acquire) with this guard's own TTL or
     /// watchdog setting ([`GuardOptions`](crate::GuardOptions)).
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use std::time::Duration;
+    /// use quorumlock::{GuardOptions, LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let brief = GuardOptions::default().ttl(Duration::from_secs(3));
+    /// let guard = lock.try_acquire_with("report", &brief).await?;
+    /// assert!(guard.validity() <= Duration::from_secs(3));
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// As for [`try_acquire`](Self::try_acquire).
@@ -252,6 +268,22 @@ impl MultiLock {
     /// own TTL is never handed the name by a release of this lock service
     /// (that hands over with the lock's TTL); it takes its turn by an
     /// attempt on the release notice.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use std::time::Duration;
+    /// use quorumlock::{GuardOptions, LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// // The lock's guards have no watchdog; this one is renewed while it works.
+    /// let watched = GuardOptions::default().watchdog(true);
+    /// let guard = lock.acquire_with("migration", Duration::from_secs(1), &watched).await?;
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -379,6 +411,23 @@ impl MultiLock {
     /// [`try_acquire_all`](Self::try_acquire_all), retrying as
     /// [`acquire`](Self::acquire) does until the wait budget is spent.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let both = lock
+    ///     .acquire_all(&["warehouse:a", "warehouse:b"], Duration::from_secs(1))
+    ///     .await?;
+    /// assert_eq!(both.keys().count(), 2);
+    /// both.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// As for [`acquire`](Self::acquire).
@@ -438,6 +487,27 @@ impl MultiLock {
 
     /// [`acquire_all`](Self::acquire_all) as `owner`: re-enters the names
     /// `owner` holds, takes the others.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock, Owner};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let owner = Owner::new();
+    /// let one = lock.acquire_as(&owner, "account:3", Duration::from_secs(1)).await?;
+    /// // Re-enters account:3 (the same owner), takes account:7.
+    /// let both = lock
+    ///     .acquire_all_as(&owner, &["account:3", "account:7"], Duration::from_secs(1))
+    ///     .await?;
+    /// both.release().await;
+    /// assert!(one.is_held(), "the first hold keeps account:3");
+    /// one.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///

@@ -27,6 +27,14 @@ async fn a_holder_elsewhere_learns_at_its_next_renewal_and_the_key_stays_gone() 
     let operator = common::connected(common::lock(&testbed)).await;
     let guard = holder.try_acquire("nightly").await.expect("free");
     let deadline = guard.deadline();
+    // The acquire decided at its quorum; its request to the third node
+    // lands right after.
+    common::wait_for("the key on every node", Duration::from_secs(2), || {
+        common::values(&testbed, "nightly")
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
 
     let found = operator.force_release("nightly").await;
     assert_eq!(found.iter().filter(|r| matches!(r, Ok(true))).count(), 3);

@@ -345,9 +345,21 @@ async fn a_paused_server_votes_again_as_soon_as_it_answers() {
     );
     let paused = testbed.node(2).url();
     let holds_paused = |guard: &quorumlock::LockGuard| guard.held_nodes().any(|n| n == paused);
-    let warm = lock.try_acquire("heal").await.expect("all up");
-    assert!(holds_paused(&warm));
-    warm.release().await;
+    // Every node up and voting first (an acquire decides at its quorum,
+    // so one that took node 2 may take a few tries).
+    for connected in lock.warm_up().await {
+        connected.expect("all up");
+    }
+    let mut voted = false;
+    for _ in 0..50 {
+        let warm = lock.try_acquire("heal").await.expect("all up");
+        voted = holds_paused(&warm);
+        warm.release().await;
+        if voted {
+            break;
+        }
+    }
+    assert!(voted, "node 2 votes before the pause");
 
     testbed.nodes_mut()[2].pause().expect("SIGSTOP");
     // Past the connect timeout with calls going out: the node goes quiet.

@@ -23,13 +23,18 @@ async fn a_guard_with_its_own_short_ttl_expires_by_it() {
     let short = GuardOptions::default().ttl(Duration::from_millis(1500));
     let guard = lock.try_acquire_with("cache", &short).await.expect("free");
     assert!(guard.validity() <= Duration::from_millis(1500));
-    for node in testbed.nodes() {
-        let pttl = common::pttl_on(node, "cache");
-        assert!(
-            0 < pttl && pttl <= 1500,
-            "the key's TTL is the guard's: {pttl}"
-        );
-    }
+    // On the nodes of its quorum (a third may answer after the decision).
+    let pttls: Vec<i64> = testbed
+        .nodes()
+        .iter()
+        .map(|node| common::pttl_on(node, "cache"))
+        .filter(|pttl| *pttl != -2)
+        .collect();
+    assert!(pttls.len() >= 2, "{pttls:?}");
+    assert!(
+        pttls.iter().all(|pttl| 0 < *pttl && *pttl <= 1500),
+        "the key's TTL is the guard's: {pttls:?}"
+    );
     let notice = guard.lost().await;
     assert_eq!(notice.reason, LostReason::ValidityExpired);
     guard.release().await;

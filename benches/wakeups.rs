@@ -65,7 +65,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use quorumlock::{LockConfig, LockStats, MultiLock};
+use quorumlock::{LockConfig, LockStats, MultiLock, Wait};
 use quorumlock_testbed::Testbed;
 use quorumlock_testbed::table::{Align, Table};
 use tokio::sync::Notify;
@@ -239,7 +239,7 @@ async fn worker(
     tokio::time::sleep_until(shared.base.into()).await;
     loop {
         let called = Instant::now();
-        let guard = match lock.acquire(KEY, WAIT_BUDGET).await {
+        let guard = match lock.acquire(KEY, Wait::up_to(WAIT_BUDGET)).await {
             Ok(guard) => guard,
             Err(e) => {
                 out.errors += 1;
@@ -794,10 +794,10 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<Report, Box<dyn Error>> {
     let retry = defaults.retry();
     let retry = format!(
         "default: base {:?}, max {:?}, jitter {}, max attempts {:?}",
-        retry.get_base_delay(),
-        retry.get_max_delay(),
-        retry.get_jitter(),
-        retry.get_max_attempts()
+        retry.base_delay(),
+        retry.max_delay(),
+        retry.jitter(),
+        retry.max_attempts()
     );
     eprintln!(
         "wakeups: {WORKERS} workers, {NODES} nodes, hold {HOLD:?}, window {:?} per scenario; retry {retry}",

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockConfig, MultiLock, Quorum};
+use quorumlock::{Error, LockConfig, MultiLock, Quorum, Wait};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,7 +19,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ttl(Duration::from_secs(10))
             .build()?,
     );
-    match lock.acquire("payment:4711", Duration::from_secs(2)).await {
+    match lock
+        .acquire("payment:4711", Wait::up_to(Duration::from_secs(2)))
+        .await
+    {
         Ok(guard) => {
             println!(
                 "held on {} nodes for {:?}",

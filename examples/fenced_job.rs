@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use quorumlock::fenced::{FencedResource, Write};
-use quorumlock::{LockConfig, MultiLock};
+use quorumlock::{LockConfig, MultiLock, Wait};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,7 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outcome = lock
         .run_exclusive(
             "nightly-report",
-            Duration::from_secs(5),
+            Wait::up_to(Duration::from_secs(5)),
             |held| async move {
                 // The token of this hold: larger than any earlier holder's.
                 let token = held.fencing_token().await?;

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{LockConfig, MultiLock};
+use quorumlock::{LockConfig, MultiLock, Wait};
 use tokio::task::JoinSet;
 
 #[tokio::main]
@@ -26,7 +26,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let lock = lock.clone();
         workers.spawn(async move {
             let name = format!("shard:{shard}");
-            let guard = lock.acquire(&name, Duration::from_secs(5)).await?;
+            let guard = lock
+                .acquire(&name, Wait::up_to(Duration::from_secs(5)))
+                .await?;
             // Cancelled when the lock can no longer be proven held.
             let lost = guard.cancellation_token();
             let work = async {

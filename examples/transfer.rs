@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{HeldLock, LockConfig, MultiLock};
+use quorumlock::{HeldLock, LockConfig, MultiLock, Wait};
 
 /// Checks the limit of one account; it takes the account's lock itself,
 /// so it also works when called on its own. Called under the transfer's
@@ -35,7 +35,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Sorted on every node, so "account:7 -> account:3" and
     // "account:3 -> account:7" take the names in the same order.
     let transfer = lock
-        .acquire_all(&["account:7", "account:3"], Duration::from_secs(2))
+        .acquire_all(
+            &["account:7", "account:3"],
+            Wait::up_to(Duration::from_secs(2)),
+        )
         .await?;
     check_limit(&transfer.handle(), "account:7").await?;
     let token = transfer.fencing_token().await?;

@@ -939,7 +939,7 @@ mod tests {
     #[test]
     fn bad_retry_policy_is_reported() {
         let err = three()
-            .retry(RetryPolicy::default().jitter(2.0))
+            .retry(RetryPolicy::default().with_jitter(2.0))
             .build()
             .unwrap_err();
         assert!(
@@ -965,12 +965,12 @@ mod tests {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
 /// use std::time::Duration;
-/// use quorumlock::{GuardOptions, LockConfig, MultiLock};
+/// use quorumlock::{GuardOptions, LockConfig, MultiLock, Wait};
 ///
 /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
 /// // A short job: a 2 s lease, no watchdog.
 /// let quick = GuardOptions::default().ttl(Duration::from_secs(2));
-/// let guard = lock.acquire_with("cache-warm", Duration::from_secs(1), &quick).await?;
+/// let guard = lock.acquire_with("cache-warm", Wait::up_to(Duration::from_secs(1)), &quick).await?;
 /// assert!(guard.validity() <= Duration::from_secs(2));
 /// guard.release().await;
 /// // A long one: the watchdog keeps it alive, whatever the lock's default.

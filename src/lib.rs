@@ -43,7 +43,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let testbed = quorumlock_testbed::Testbed::start(5)?;
 //! use std::time::Duration;
-//! use quorumlock::{Error, LockConfig, MultiLock, Quorum};
+//! use quorumlock::{Error, LockConfig, MultiLock, Quorum, Wait};
 //!
 //! let config = LockConfig::builder()
 //!     .nodes(testbed.urls())              // five independent masters
@@ -52,7 +52,7 @@
 //!     .build()?;
 //! let lock = MultiLock::new(config);
 //!
-//! let guard = lock.acquire("payment:4711", Duration::from_secs(1)).await?;
+//! let guard = lock.acquire("payment:4711", Wait::up_to(Duration::from_secs(1))).await?;
 //! // A second owner is refused while the first holds the lock.
 //! match lock.try_acquire("payment:4711").await {
 //!     Err(Error::Contended { free_in, .. }) => assert!(free_in.is_some()),
@@ -117,6 +117,7 @@ mod redact;
 mod retry;
 mod server_ids;
 mod stats;
+mod wait;
 // 1 I/O: the nodes and the rounds sent to them.
 mod core;
 mod epoch;
@@ -156,3 +157,4 @@ pub use retry::RetryPolicy;
 pub use stats::{LockStats, NodeStats};
 /// The token [`HeldLock::cancellation_token`] hands out (from `tokio-util`).
 pub use tokio_util::sync::CancellationToken;
+pub use wait::Wait;

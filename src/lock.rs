@@ -16,6 +16,7 @@ use crate::guard::{LockGuard, Services};
 use crate::node::Node;
 use crate::owner::Owner;
 use crate::stats::LockStats;
+use crate::wait::Wait;
 use crate::wake::Woken;
 
 /// A distributed lock service over N independent Redis masters ("nodes").
@@ -37,10 +38,10 @@ use crate::wake::Woken;
 /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
 /// # let urls = testbed.urls();
 /// use std::time::Duration;
-/// use quorumlock::{LockConfig, MultiLock};
+/// use quorumlock::{LockConfig, MultiLock, Wait};
 ///
 /// let lock = MultiLock::new(LockConfig::builder().nodes(urls).ttl(Duration::from_secs(10)).build()?);
-/// let guard = lock.acquire("nightly-report", Duration::from_secs(2)).await?;
+/// let guard = lock.acquire("nightly-report", Wait::up_to(Duration::from_secs(2))).await?;
 /// assert!(guard.is_held());
 /// // ... work that must not run twice at once, within guard.validity() ...
 /// let report = guard.release().await;
@@ -274,12 +275,12 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// use std::time::Duration;
-    /// use quorumlock::{GuardOptions, LockConfig, MultiLock};
+    /// use quorumlock::{GuardOptions, LockConfig, MultiLock, Wait};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
     /// // The lock's guards have no watchdog; this one is renewed while it works.
     /// let watched = GuardOptions::default().watchdog(true);
-    /// let guard = lock.acquire_with("migration", Duration::from_secs(1), &watched).await?;
+    /// let guard = lock.acquire_with("migration", Wait::up_to(Duration::from_secs(1)), &watched).await?;
     /// guard.release().await;
     /// # Ok(())
     /// # }
@@ -291,10 +292,10 @@ impl MultiLock {
     pub async fn acquire_with(
         &self,
         key: &str,
-        wait: Duration,
+        wait: Wait,
         options: &crate::GuardOptions,
     ) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request_with(&[key], options)?, Some(wait))
+        self.acquire_request(self.request_with(&[key], options)?, Some(wait.budget()))
             .await
     }
 
@@ -350,12 +351,12 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// use std::time::Duration;
-    /// use quorumlock::{Error, LockConfig, MultiLock};
+    /// use quorumlock::{Error, LockConfig, MultiLock, Wait};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
-    /// let first = lock.acquire("nightly", Duration::from_secs(1)).await?;
+    /// let first = lock.acquire("nightly", Wait::up_to(Duration::from_secs(1))).await?;
     /// // The name is taken: this waits up to 100 ms, then gives up.
-    /// match lock.acquire("nightly", Duration::from_millis(100)).await {
+    /// match lock.acquire("nightly", Wait::up_to(Duration::from_millis(100))).await {
     ///     Err(Error::WaitBudgetExhausted { attempts, .. }) => assert!(attempts >= 1),
     ///     other => panic!("expected to give up, got {other:?}"),
     /// }
@@ -369,8 +370,8 @@ impl MultiLock {
     /// As for [`try_acquire`](Self::try_acquire). A wait dropped while it
     /// queues or sleeps leaves the queue and withdraws its handoff offer; a
     /// handoff already under way for it is rolled back by the releaser.
-    pub async fn acquire(&self, key: &str, wait: Duration) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request(&[key], None)?, Some(wait))
+    pub async fn acquire(&self, key: &str, wait: Wait) -> Result<LockGuard, Error> {
+        self.acquire_request(self.request(&[key], None)?, Some(wait.budget()))
             .await
     }
 
@@ -416,11 +417,11 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// use std::time::Duration;
-    /// use quorumlock::{LockConfig, MultiLock};
+    /// use quorumlock::{LockConfig, MultiLock, Wait};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
     /// let both = lock
-    ///     .acquire_all(&["warehouse:a", "warehouse:b"], Duration::from_secs(1))
+    ///     .acquire_all(&["warehouse:a", "warehouse:b"], Wait::up_to(Duration::from_secs(1)))
     ///     .await?;
     /// assert_eq!(both.keys().count(), 2);
     /// both.release().await;
@@ -434,9 +435,9 @@ impl MultiLock {
     pub async fn acquire_all<S: AsRef<str>>(
         &self,
         keys: &[S],
-        wait: Duration,
+        wait: Wait,
     ) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request(keys, None)?, Some(wait))
+        self.acquire_request(self.request(keys, None)?, Some(wait.budget()))
             .await
     }
 
@@ -455,14 +456,14 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// use std::time::Duration;
-    /// use quorumlock::{LockConfig, MultiLock, Owner};
+    /// use quorumlock::{LockConfig, MultiLock, Owner, Wait};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
     /// let owner = Owner::new();
-    /// let outer = lock.acquire_as(&owner, "ledger", Duration::from_secs(1)).await?;
+    /// let outer = lock.acquire_as(&owner, "ledger", Wait::up_to(Duration::from_secs(1))).await?;
     /// // Elsewhere (another task, or a process given `owner.token()`):
     /// let same = Owner::from_token(owner.token())?;
-    /// let inner = lock.acquire_as(&same, "ledger", Duration::ZERO).await?;
+    /// let inner = lock.acquire_as(&same, "ledger", Wait::NONE).await?;
     /// assert!(inner.release().await.kept > 0, "the outer hold keeps the key");
     /// assert!(outer.is_held());
     /// outer.release().await;
@@ -476,11 +477,11 @@ impl MultiLock {
         &self,
         owner: &Owner,
         key: &str,
-        wait: Duration,
+        wait: Wait,
     ) -> Result<LockGuard, Error> {
         self.acquire_request(
             self.request(&[key], Some(Arc::clone(owner.shared_token())))?,
-            Some(wait),
+            Some(wait.budget()),
         )
         .await
     }
@@ -493,14 +494,14 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// use std::time::Duration;
-    /// use quorumlock::{LockConfig, MultiLock, Owner};
+    /// use quorumlock::{LockConfig, MultiLock, Owner, Wait};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
     /// let owner = Owner::new();
-    /// let one = lock.acquire_as(&owner, "account:3", Duration::from_secs(1)).await?;
+    /// let one = lock.acquire_as(&owner, "account:3", Wait::up_to(Duration::from_secs(1))).await?;
     /// // Re-enters account:3 (the same owner), takes account:7.
     /// let both = lock
-    ///     .acquire_all_as(&owner, &["account:3", "account:7"], Duration::from_secs(1))
+    ///     .acquire_all_as(&owner, &["account:3", "account:7"], Wait::up_to(Duration::from_secs(1)))
     ///     .await?;
     /// both.release().await;
     /// assert!(one.is_held(), "the first hold keeps account:3");
@@ -516,11 +517,11 @@ impl MultiLock {
         &self,
         owner: &Owner,
         keys: &[S],
-        wait: Duration,
+        wait: Wait,
     ) -> Result<LockGuard, Error> {
         self.acquire_request(
             self.request(keys, Some(Arc::clone(owner.shared_token())))?,
-            Some(wait),
+            Some(wait.budget()),
         )
         .await
     }
@@ -588,7 +589,7 @@ impl MultiLock {
                 Err(e) => e,
             };
             let now = Instant::now();
-            let out_of_attempts = retry.get_max_attempts().is_some_and(|max| attempts >= max);
+            let out_of_attempts = retry.max_attempts().is_some_and(|max| attempts >= max);
             if out_of_attempts || now >= budget_end {
                 return Err(Error::WaitBudgetExhausted {
                     key: request.keys.to_string(),

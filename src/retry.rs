@@ -17,11 +17,11 @@ use crate::error::ConfigError;
 /// use quorumlock::RetryPolicy;
 ///
 /// let retry = RetryPolicy::default()
-///     .base_delay(Duration::from_millis(5))
-///     .max_delay(Duration::from_millis(100))
-///     .jitter(0.5)
-///     .max_attempts(20);
-/// assert_eq!(retry.get_max_attempts(), Some(20));
+///     .with_base_delay(Duration::from_millis(5))
+///     .with_max_delay(Duration::from_millis(100))
+///     .with_jitter(0.5)
+///     .with_max_attempts(20);
+/// assert_eq!(retry.max_attempts(), Some(20));
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetryPolicy {
@@ -46,46 +46,46 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Stop after this many attempts even if wait budget is left (at least 1).
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts);
         self
     }
 
     /// The pause after the first failed attempt (above zero).
-    pub fn base_delay(mut self, delay: Duration) -> Self {
+    pub fn with_base_delay(mut self, delay: Duration) -> Self {
         self.base_delay = delay;
         self
     }
 
     /// The longest pause between two attempts (at least `base_delay`).
-    pub fn max_delay(mut self, delay: Duration) -> Self {
+    pub fn with_max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self
     }
 
     /// The share of each pause that is randomised, from 0 (none) to 1 (all).
-    pub fn jitter(mut self, jitter: f64) -> Self {
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
         self.jitter = jitter;
         self
     }
 
     /// The attempt limit, if any.
-    pub fn get_max_attempts(&self) -> Option<u32> {
+    pub fn max_attempts(&self) -> Option<u32> {
         self.max_attempts
     }
 
     /// The pause after the first failed attempt.
-    pub fn get_base_delay(&self) -> Duration {
+    pub fn base_delay(&self) -> Duration {
         self.base_delay
     }
 
     /// The longest pause.
-    pub fn get_max_delay(&self) -> Duration {
+    pub fn max_delay(&self) -> Duration {
         self.max_delay
     }
 
     /// The randomised share of each pause.
-    pub fn get_jitter(&self) -> f64 {
+    pub fn jitter(&self) -> f64 {
         self.jitter
     }
 
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn doubles_up_to_the_cap() {
-        let p = RetryPolicy::default().jitter(0.0);
+        let p = RetryPolicy::default().with_jitter(0.0);
         let got: Vec<u128> = (1..=7).map(|k| p.delay(k, 0.9).as_millis()).collect();
         assert_eq!(got, vec![10, 20, 40, 80, 160, 200, 200]);
     }
@@ -154,17 +154,17 @@ mod tests {
     #[test]
     fn rejects_bad_values_naming_them() {
         let cases = [
-            (RetryPolicy::default().max_attempts(0), "max_attempts"),
+            (RetryPolicy::default().with_max_attempts(0), "max_attempts"),
             (
-                RetryPolicy::default().base_delay(Duration::ZERO),
+                RetryPolicy::default().with_base_delay(Duration::ZERO),
                 "base_delay",
             ),
             (
-                RetryPolicy::default().max_delay(Duration::from_millis(1)),
+                RetryPolicy::default().with_max_delay(Duration::from_millis(1)),
                 "max_delay",
             ),
-            (RetryPolicy::default().jitter(f64::NAN), "jitter"),
-            (RetryPolicy::default().jitter(1.5), "jitter"),
+            (RetryPolicy::default().with_jitter(f64::NAN), "jitter"),
+            (RetryPolicy::default().with_jitter(1.5), "jitter"),
         ];
         for (policy, field) in cases {
             match policy.validate() {
@@ -181,14 +181,14 @@ mod tests {
             attempt in 1u32..200, unit in 0.0f64..1.0,
         ) {
             let p = RetryPolicy::default()
-                .base_delay(Duration::from_micros(base))
-                .max_delay(Duration::from_micros(base + extra))
-                .jitter(jitter);
+                .with_base_delay(Duration::from_micros(base))
+                .with_max_delay(Duration::from_micros(base + extra))
+                .with_jitter(jitter);
             prop_assert!(p.validate().is_ok());
             let d = p.delay(attempt, unit);
             let full = p.delay(attempt, 0.0);
             prop_assert!(d <= full);
-            prop_assert!(full <= p.get_max_delay());
+            prop_assert!(full <= p.max_delay());
             prop_assert!(d.as_secs_f64() >= full.as_secs_f64() * (1.0 - jitter) - 1e-9);
             prop_assert!(p.delay(attempt + 1, 0.0) >= full, "the ceiling never shrinks");
         }
@@ -202,7 +202,7 @@ mod tests {
         ) {
             let base = Duration::new(secs, nanos).max(Duration::from_nanos(1));
             let max = base.saturating_add(Duration::from_secs(extra));
-            let p = RetryPolicy::default().base_delay(base).max_delay(max).jitter(jitter);
+            let p = RetryPolicy::default().with_base_delay(base).with_max_delay(max).with_jitter(jitter);
             prop_assert!(p.validate().is_ok());
             prop_assert!(p.delay(attempt, unit) <= max);
         }
@@ -211,9 +211,9 @@ mod tests {
     #[test]
     fn the_longest_delays_saturate() {
         let p = RetryPolicy::default()
-            .base_delay(Duration::MAX)
-            .max_delay(Duration::MAX)
-            .jitter(0.0);
+            .with_base_delay(Duration::MAX)
+            .with_max_delay(Duration::MAX)
+            .with_jitter(0.0);
         assert_eq!(p.delay(1, 0.5), Duration::MAX);
         assert_eq!(p.delay(u32::MAX, 1.0), Duration::MAX);
     }

@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
 
 use futures::FutureExt;
 
@@ -12,6 +11,7 @@ use crate::acquire::Request;
 use crate::error::Error;
 use crate::guard::HeldLock;
 use crate::lock::MultiLock;
+use crate::wait::Wait;
 
 impl MultiLock {
     /// Takes the lock named `key` (waiting up to `wait`, as
@@ -41,11 +41,11 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// use std::time::Duration;
-    /// use quorumlock::{LockConfig, MultiLock};
+    /// use quorumlock::{LockConfig, MultiLock, Wait};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
     /// let total = lock
-    ///     .run_exclusive("nightly-job", Duration::from_secs(1), |held| async move {
+    ///     .run_exclusive("nightly-job", Wait::up_to(Duration::from_secs(1)), |held| async move {
     ///         assert!(held.is_held() && held.is_watched());
     ///         // ... the work that must never run twice at once ...
     ///         42
@@ -64,12 +64,7 @@ impl MultiLock {
     /// the guard, whose drop releases the lock in the background; while
     /// the acquire is still waiting, as for
     /// [`acquire`](Self::acquire).
-    pub async fn run_exclusive<F, Fut, T>(
-        &self,
-        key: &str,
-        wait: Duration,
-        work: F,
-    ) -> Result<T, Error>
+    pub async fn run_exclusive<F, Fut, T>(&self, key: &str, wait: Wait, work: F) -> Result<T, Error>
     where
         F: FnOnce(HeldLock) -> Fut,
         Fut: Future<Output = T>,
@@ -77,7 +72,7 @@ impl MultiLock {
         let guard = self
             .acquire_request(
                 Request::new(&[key], None, (true, self.config().ttl()))?,
-                Some(wait),
+                Some(wait.budget()),
             )
             .await?;
         let lost = guard.lost();

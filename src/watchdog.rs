@@ -11,7 +11,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let testbed = quorumlock_testbed::Testbed::start(3)?;
 //! use std::time::Duration;
-//! use quorumlock::{LockConfig, MultiLock};
+//! use quorumlock::{LockConfig, MultiLock, Wait};
 //!
 //! let config = LockConfig::builder()
 //!     .nodes(testbed.urls())
@@ -19,7 +19,7 @@
 //!     .watchdog(true)
 //!     .build()?;
 //! let lock = MultiLock::new(config);
-//! let guard = lock.acquire("reindex", Duration::from_secs(1)).await?;
+//! let guard = lock.acquire("reindex", Wait::up_to(Duration::from_secs(1))).await?;
 //! let stop = guard.cancellation_token();
 //! // Work that outlasts the TTL: the watchdog keeps the lock alive, and
 //! // `stop` would be cancelled at once if it could no longer prove it.
@@ -804,9 +804,9 @@ mod tests {
         // a group's misses share one point of the backoff band instead.
         // A band of a whole second: independent draws would spread them.
         let retry = crate::RetryPolicy::default()
-            .base_delay(Duration::from_secs(1))
-            .max_delay(Duration::from_secs(1))
-            .jitter(1.0);
+            .with_base_delay(Duration::from_secs(1))
+            .with_max_delay(Duration::from_secs(1))
+            .with_jitter(1.0);
         let core = core(|b| b.retry(retry));
         let now = Stamp::now();
         let leases: Vec<_> = (0..8)

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{LockConfig, MultiLock};
+use quorumlock::{LockConfig, MultiLock, Wait};
 use quorumlock_testbed::{NodeOptions, Testbed};
 
 /// The README's ACL line, with lock names under `app:` (the library's own
@@ -52,11 +52,17 @@ async fn every_path(testbed: &Testbed) -> (usize, u64) {
     let lock = lock(testbed, Duration::from_secs(1));
     let other = lock.clone();
     let mut done = 0;
-    if let Ok(guard) = lock.acquire("app:ledger", Duration::from_secs(1)).await {
+    if let Ok(guard) = lock
+        .acquire("app:ledger", Wait::up_to(Duration::from_secs(1)))
+        .await
+    {
         done += 1;
         // A waiter of the same service: woken by the release, handed over.
-        let waiter =
-            tokio::spawn(async move { other.acquire("app:ledger", Duration::from_secs(5)).await });
+        let waiter = tokio::spawn(async move {
+            other
+                .acquire("app:ledger", Wait::up_to(Duration::from_secs(5)))
+                .await
+        });
         if let Ok(inner) = guard.reenter().await {
             done += 1;
             inner.release().await;

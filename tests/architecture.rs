@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "owner",
             "redact",
             "server_ids",
+            "wait",
         ],
     ),
     (

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{LockConfig, LockConfigBuilder, MultiLock};
+use quorumlock::{LockConfig, LockConfigBuilder, MultiLock, Wait};
 use quorumlock_testbed::{NodeOptions, Testbed};
 use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
 
@@ -20,7 +20,11 @@ async fn exercise(lock: MultiLock) {
     let guard = lock.try_acquire("ledger").await.expect("acquire");
     let first = guard.fencing_token().await.expect("token");
     let other = lock.clone();
-    let waiter = tokio::spawn(async move { other.acquire("ledger", Duration::from_secs(5)).await });
+    let waiter = tokio::spawn(async move {
+        other
+            .acquire("ledger", Wait::up_to(Duration::from_secs(5)))
+            .await
+    });
     // Let the waiter register and fail once before the release.
     tokio::task::yield_now().await;
     guard.release().await;

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{Error, MultiLock};
+use quorumlock::{Error, MultiLock, Wait};
 use quorumlock_testbed::{RedisNode, Testbed};
 
 /// Clients connected to `node`, not counting the connection that asks.
@@ -74,7 +74,10 @@ async fn a_dropped_lock_closes_its_wake_up_subscribers_too() {
     let waiter = watched_lock(&testbed).await;
     let guard = holder.try_acquire("x").await.expect("free");
     // The waiter subscribes to release notices while it waits.
-    match waiter.acquire("x", Duration::from_millis(300)).await {
+    match waiter
+        .acquire("x", Wait::up_to(Duration::from_millis(300)))
+        .await
+    {
         Err(Error::WaitBudgetExhausted { .. }) => {}
         other => panic!("expected the wait to run out, got {other:?}"),
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use quorumlock::{Error, LockConfig, MultiLock, RetryPolicy};
+use quorumlock::{Error, LockConfig, MultiLock, RetryPolicy, Wait};
 use quorumlock_testbed::Testbed;
 
 /// Any duration, with the edges and the everyday range well represented.
@@ -77,9 +77,9 @@ fn build(testbed: &Testbed, s: &Settings) -> Result<LockConfig, quorumlock::Conf
         .watchdog(s.watchdog)
         .retry(
             RetryPolicy::default()
-                .base_delay(base)
-                .max_delay(max)
-                .jitter(jitter),
+                .with_base_delay(base)
+                .with_max_delay(max)
+                .with_jitter(jitter),
         );
     let set =
         |b: LockConfigBuilderAlias,
@@ -123,7 +123,7 @@ async fn exercise(testbed: &Testbed, s: &Settings) -> Result<(), TestCaseError> 
     // see it start; then it is dropped.
     let free = tokio::time::timeout(
         Duration::from_millis(300),
-        lock.acquire("free", Duration::MAX),
+        lock.acquire("free", Wait::up_to(Duration::MAX)),
     )
     .await;
     if let Ok(Ok(guard)) = free {
@@ -141,7 +141,7 @@ async fn exercise(testbed: &Testbed, s: &Settings) -> Result<(), TestCaseError> 
             .expect("valid"),
     );
     let held = holder.try_acquire("held").await;
-    let waited = tokio::time::timeout(BOUND, lock.acquire("held", s.wait))
+    let waited = tokio::time::timeout(BOUND, lock.acquire("held", Wait::up_to(s.wait)))
         .await
         .map_err(bounded("a bounded wait on a held name"))?;
     if let Ok(guard) = held {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use quorumlock::fenced::{FencedResource, Write};
-use quorumlock::{Error, Hold, LockConfig, LockGuard, LostReason, MultiLock};
+use quorumlock::{Error, Hold, LockConfig, LockGuard, LostReason, MultiLock, Wait};
 use quorumlock_testbed::{NodeOptions, Persistence, RedisNode, Testbed};
 
 /// `INCR key` on one node: the naive scheme's step on a won node.
@@ -278,7 +278,10 @@ async fn tokens_strictly_increase_over_thousands_of_contended_acquisitions_with_
         workers.push(tokio::spawn(async move {
             let mut last_error = None;
             while !stop.load(Ordering::SeqCst) {
-                let guard = match lock.acquire(NAME, Duration::from_secs(2)).await {
+                let guard = match lock
+                    .acquire(NAME, Wait::up_to(Duration::from_secs(2)))
+                    .await
+                {
                     Ok(guard) => guard,
                     Err(e) => {
                         counts.acquire_failed.fetch_add(1, Ordering::SeqCst);
@@ -502,7 +505,7 @@ async fn released_holds_have_no_token_and_reentries_share_one() {
             .node_timeout(Duration::from_millis(50))
     });
     let expiring = short
-        .acquire(NAME, Duration::from_secs(5))
+        .acquire(NAME, Wait::up_to(Duration::from_secs(5)))
         .await
         .expect("free again");
     let notice = expiring.lost().await;

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome, Wait};
 use quorumlock_testbed::Testbed;
 use quorumlock_testbed::hostile::{HostileServer, Misbehaviour};
 
@@ -163,7 +163,9 @@ async fn a_failing_subscriber_backs_off_and_ends_with_its_lock_service() {
     let a = lock_over(urls.clone(), true);
     let b = lock_over(urls, true);
     let held = a.try_acquire("x").await.expect("2 of 3");
-    let waited = b.acquire("x", Duration::from_millis(300)).await;
+    let waited = b
+        .acquire("x", Wait::up_to(Duration::from_millis(300)))
+        .await;
     assert!(waited.is_err(), "held by a");
     let before = hostile.accepted();
     tokio::time::sleep(Duration::from_secs(1)).await;

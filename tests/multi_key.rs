@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use quorumlock::{Error, Hold, LockGuard, MultiLock, Quorum, Stamp};
+use quorumlock::{Error, Hold, LockGuard, MultiLock, Quorum, Stamp, Wait};
 use quorumlock_testbed::{Restart, Testbed};
 
 /// Why a guard is no longer held, for failure messages.
@@ -385,7 +385,10 @@ async fn overlapping_sets_from_many_clients_never_overlap_or_deadlock() {
             tokio::spawn(async move {
                 for r in 0..ROUNDS {
                     let set = sets[(t + r) % sets.len()];
-                    let guard = match lock.acquire_all(set, Duration::from_secs(20)).await {
+                    let guard = match lock
+                        .acquire_all(set, Wait::up_to(Duration::from_secs(20)))
+                        .await
+                    {
                         Ok(guard) => guard,
                         Err(e) => panic!("task {t} round {r} {set:?}: {e}"),
                     };
@@ -466,7 +469,7 @@ async fn empty_and_reserved_names_are_rejected() {
         other => panic!("expected InvalidKey, got {other:?}"),
     }
     match lock
-        .acquire_all::<String>(&[], Duration::from_secs(1))
+        .acquire_all::<String>(&[], Wait::up_to(Duration::from_secs(1)))
         .await
     {
         Err(Error::InvalidKey { key, .. }) => assert_eq!(key, ""),
@@ -486,7 +489,11 @@ async fn empty_and_reserved_names_are_rejected() {
     }
     let owner = quorumlock::Owner::new();
     match lock
-        .acquire_all_as(&owner, &["quorumlock:z"], Duration::from_secs(1))
+        .acquire_all_as(
+            &owner,
+            &["quorumlock:z"],
+            Wait::up_to(Duration::from_secs(1)),
+        )
         .await
     {
         Err(Error::InvalidKey { key, .. }) => assert_eq!(key, "quorumlock:z"),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use quorumlock::{Error, RetryPolicy};
+use quorumlock::{Error, RetryPolicy, Wait};
 use quorumlock_testbed::Testbed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,8 +51,8 @@ async fn two_clients_never_hold_one_key_at_once() {
 async fn contended_counter_equals_acquisitions() {
     let testbed = Testbed::start(5).expect("testbed");
     let retry = RetryPolicy::default()
-        .base_delay(Duration::from_millis(1))
-        .max_delay(Duration::from_millis(8));
+        .with_base_delay(Duration::from_millis(1))
+        .with_max_delay(Duration::from_millis(8));
     let clients = [
         common::lock_with(&testbed, |b| b.retry(retry.clone())),
         common::lock_with(&testbed, |b| b.retry(retry.clone())),
@@ -71,7 +71,7 @@ async fn contended_counter_equals_acquisitions() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let guard = lock
-                    .acquire("counter", Duration::from_secs(20))
+                    .acquire("counter", Wait::up_to(Duration::from_secs(20)))
                     .await
                     .expect("acquire within budget");
                 assert!(
@@ -108,10 +108,13 @@ async fn wait_budget_is_reported_when_the_holder_keeps_the_lock() {
     let testbed = Testbed::start(3).expect("testbed");
     let holder = common::lock(&testbed);
     let waiter = common::lock_with(&testbed, |b| {
-        b.retry(RetryPolicy::default().max_attempts(3))
+        b.retry(RetryPolicy::default().with_max_attempts(3))
     });
     let guard = holder.try_acquire("k").await.expect("holder");
-    match waiter.acquire("k", Duration::from_secs(5)).await {
+    match waiter
+        .acquire("k", Wait::up_to(Duration::from_secs(5)))
+        .await
+    {
         Err(Error::WaitBudgetExhausted { attempts, last, .. }) => {
             assert_eq!(attempts, 3);
             assert!(matches!(*last, Error::Contended { .. }), "{last:?}");

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{ConfigError, Error, GuardOptions, LostReason};
+use quorumlock::{ConfigError, Error, GuardOptions, LostReason, Wait};
 use quorumlock_testbed::Testbed;
 
 /// A lock with a 30 s TTL, no watchdog, node timeout 100 ms.
@@ -68,7 +68,7 @@ async fn a_waiter_with_its_own_ttl_gets_the_name_with_it() {
         let lock = lock.clone();
         tokio::spawn(async move {
             let own = GuardOptions::default().ttl(Duration::from_secs(5));
-            lock.acquire_with("ledger", Duration::from_secs(10), &own)
+            lock.acquire_with("ledger", Wait::up_to(Duration::from_secs(10)), &own)
                 .await
         })
     };

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use quorumlock::{
-    Error, LockConfig, LockConfigBuilder, LockGuard, MultiLock, NodeErrorKind, NodeOutcome,
+    Error, LockConfig, LockConfigBuilder, LockGuard, MultiLock, NodeErrorKind, NodeOutcome, Wait,
 };
 use quorumlock_testbed::{NodeOptions, Proxy, RedisNode, ReplicaPair, Restart, Testbed};
 
@@ -196,7 +196,7 @@ async fn just_started_servers_vote_after_the_quarantine_and_say_when() {
     let longest = lefts.iter().max().copied().unwrap_or_default();
     // The wait the error reported is the wait it takes.
     let guard = lock
-        .acquire(NAME, longest + Duration::from_secs(2))
+        .acquire(NAME, Wait::up_to(longest + Duration::from_secs(2)))
         .await
         .expect("won once the quarantine has passed");
     guard.release().await;
@@ -283,7 +283,7 @@ async fn fencing_tokens_rise_across_a_rolling_empty_restart_of_every_node() {
             guard.release().await;
         }
         let next = lock
-            .acquire(NAME, ttl * 3)
+            .acquire(NAME, Wait::up_to(ttl * 3))
             .await
             .expect("free after the restarts");
         let token = next.fencing_token().await.expect("token");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use quorumlock::{
-    Error, Hold, LockConfig, LockGuard, LostReason, MultiLock, Owner, ReleaseReport, Stamp,
+    Error, Hold, LockConfig, LockGuard, LostReason, MultiLock, Owner, ReleaseReport, Stamp, Wait,
 };
 use quorumlock_testbed::Testbed;
 
@@ -226,7 +226,7 @@ async fn nested_holds_count_up_and_down_and_only_the_last_release_frees_the_key(
     landed.push(model.took(&lock, &g3).await);
     // Depth 4 through the owner, depth 5 from that guard's read-only handle.
     let g4 = lock
-        .acquire_as(&outer.owner(), key, WAIT)
+        .acquire_as(&outer.owner(), key, Wait::up_to(WAIT))
         .await
         .expect("depth 4 via acquire_as");
     landed.push(model.took(&lock, &g4).await);
@@ -353,8 +353,16 @@ async fn another_owner_can_neither_reenter_nor_touch_our_holds() {
     let stranger = Owner::from_token(Owner::new().token()).expect("valid token");
     assert_ne!(stranger.token(), token);
     let short = Duration::from_millis(200);
-    assert_waited_out_contended(lock.acquire_as(&stranger, key, short).await, key);
-    assert_waited_out_contended(intruder.acquire_as(&stranger, key, short).await, key);
+    assert_waited_out_contended(
+        lock.acquire_as(&stranger, key, Wait::up_to(short)).await,
+        key,
+    );
+    assert_waited_out_contended(
+        intruder
+            .acquire_as(&stranger, key, Wait::up_to(short))
+            .await,
+        key,
+    );
     // A set containing our key: refused as a whole, and the free name of
     // the set is not left behind.
     match intruder.try_acquire_all(&[key, "vault-annex"]).await {
@@ -406,7 +414,10 @@ async fn expired_depth_three(testbed: &Testbed) -> (MultiLock, Owner, Vec<LockGu
         b.ttl(ttl).node_timeout(ttl / 10)
     }))
     .await;
-    let outer = lock.acquire("lease", WAIT).await.expect("free");
+    let outer = lock
+        .acquire("lease", Wait::up_to(WAIT))
+        .await
+        .expect("free");
     assert!(!outer.is_watched());
     let owner = outer.owner();
     let mut model = Model::new(testbed, "lease", owner.token());
@@ -434,7 +445,7 @@ async fn fresh_hold<'a>(
     owner: &Owner,
 ) -> (LockGuard, Vec<bool>, Model<'a>) {
     let mut fresh = lock
-        .acquire_as(owner, "lease", WAIT)
+        .acquire_as(owner, "lease", Wait::up_to(WAIT))
         .await
         .expect("the same owner takes it again");
     fresh
@@ -585,7 +596,7 @@ async fn the_owner_token_passed_as_text_reenters_from_another_client() {
     );
     let owner = Owner::from_token(&text).expect("a token from `token()` is valid");
     let inner = there
-        .acquire_as(&owner, key, WAIT)
+        .acquire_as(&owner, key, Wait::up_to(WAIT))
         .await
         .expect("the same owner re-enters from another client");
     assert_eq!(inner.token(), text);
@@ -633,7 +644,10 @@ async fn a_released_or_lost_hold_is_never_reentered() {
         b.ttl(ttl).node_timeout(ttl / 10)
     }))
     .await;
-    let guard = short.acquire("expired", WAIT).await.expect("free");
+    let guard = short
+        .acquire("expired", Wait::up_to(WAIT))
+        .await
+        .expect("free");
     outlive(&guard).await;
     common::wait_until_gone(&testbed, "expired", "its TTL ran out").await;
     match guard.reenter().await {

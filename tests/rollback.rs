@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{Error, Hold, LockConfig, MultiLock, NodeOutcome, Quorum};
+use quorumlock::{Error, Hold, LockConfig, MultiLock, NodeOutcome, Quorum, Wait};
 use quorumlock_testbed::Testbed;
 
 /// A holder owns 3 of 5 nodes; another client's attempt wins the other two,
@@ -191,7 +191,7 @@ async fn a_dropped_acquire_leaks_only_keys_that_expire() {
     }
     testbed.node_mut(2).resume().expect("resume");
     common::wait_until_gone(&testbed, "cancel", "the leaked keys to expire").await;
-    lock.acquire("cancel", Duration::from_secs(5))
+    lock.acquire("cancel", Wait::up_to(Duration::from_secs(5)))
         .await
         .expect("free again once the leaked keys expired")
         .release()

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{MultiLock, RetryPolicy};
+use quorumlock::{MultiLock, RetryPolicy, Wait};
 use quorumlock_testbed::{RedisNode, Restart, Testbed};
 
 const CHANNEL_PREFIX: &str = "quorumlock:released:";
@@ -28,7 +28,10 @@ fn spawn_waiter(
     name: &'static str,
 ) -> tokio::task::JoinHandle<Result<quorumlock::LockGuard, quorumlock::Error>> {
     let lock = lock.clone();
-    tokio::spawn(async move { lock.acquire(name, Duration::from_secs(120)).await })
+    tokio::spawn(async move {
+        lock.acquire(name, Wait::up_to(Duration::from_secs(120)))
+            .await
+    })
 }
 
 /// Waits until `name`'s release channel has `count` subscribers on every
@@ -61,8 +64,8 @@ fn slow_polling_lock(testbed: &Testbed) -> MultiLock {
     common::lock_with(testbed, |b| {
         b.retry(
             RetryPolicy::default()
-                .base_delay(Duration::from_secs(60))
-                .max_delay(Duration::from_secs(60)),
+                .with_base_delay(Duration::from_secs(60))
+                .with_max_delay(Duration::from_secs(60)),
         )
     })
 }
@@ -113,7 +116,9 @@ async fn waiters_share_one_subscriber_connection_per_node() {
         let lock = lock.clone();
         let name = names[i % names.len()];
         waiters.push(tokio::spawn(async move {
-            let guard = lock.acquire(name, Duration::from_secs(120)).await?;
+            let guard = lock
+                .acquire(name, Wait::up_to(Duration::from_secs(120)))
+                .await?;
             // The release is announced to the next waiter of this service.
             guard.release().await;
             Ok::<_, quorumlock::Error>(())
@@ -182,13 +187,13 @@ async fn without_a_notice_the_waiter_retries_when_the_holder_expires() {
     let lock = common::lock_with(&testbed, |b| {
         b.ttl(ttl).node_timeout(Duration::from_millis(200)).retry(
             RetryPolicy::default()
-                .base_delay(Duration::from_secs(60))
-                .max_delay(Duration::from_secs(60)),
+                .with_base_delay(Duration::from_secs(60))
+                .with_max_delay(Duration::from_secs(60)),
         )
     });
     let guard = tokio::time::timeout(
         Duration::from_secs(20),
-        lock.acquire("expiring", Duration::from_secs(120)),
+        lock.acquire("expiring", Wait::up_to(Duration::from_secs(120))),
     )
     .await
     .expect("retried at the holder's expiry, not after its 60 s backoff")
@@ -208,7 +213,9 @@ async fn a_waiter_that_gives_up_or_is_dropped_unsubscribes() {
         .expect("holder");
     let lock = common::lock(&testbed);
     // Gives up when its budget is spent.
-    let refused = lock.acquire("busy", Duration::from_millis(300)).await;
+    let refused = lock
+        .acquire("busy", Wait::up_to(Duration::from_millis(300)))
+        .await;
     assert!(refused.is_err());
     wait_subscribed(
         &testbed,
@@ -306,8 +313,8 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
     let lock = common::connected(common::lock_with(&testbed, |b| {
         b.node_timeout(Duration::from_millis(500)).retry(
             RetryPolicy::default()
-                .base_delay(Duration::from_secs(60))
-                .max_delay(Duration::from_secs(60)),
+                .with_base_delay(Duration::from_secs(60))
+                .with_max_delay(Duration::from_secs(60)),
         )
     }))
     .await;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use quorumlock::{Error, Hold, LockConfigBuilder, LockGuard, LostReason, MultiLock, Stamp};
+use quorumlock::{Error, Hold, LockConfigBuilder, LockGuard, LostReason, MultiLock, Stamp, Wait};
 use quorumlock_testbed::{Restart, Testbed};
 
 /// Short TTLs keep the tests quick; the node timeout is the largest allowed
@@ -227,12 +227,16 @@ async fn run_exclusive_cancels_the_work_when_the_lock_is_lost() {
     let run = {
         let lock = lock.clone();
         tokio::spawn(async move {
-            lock.run_exclusive("job", Duration::from_secs(1), |held| async move {
-                let _flag = flag;
-                let _ = started_tx.send(held.token().to_string());
-                // Work that would never end on its own.
-                std::future::pending::<()>().await;
-            })
+            lock.run_exclusive(
+                "job",
+                Wait::up_to(Duration::from_secs(1)),
+                |held| async move {
+                    let _flag = flag;
+                    let _ = started_tx.send(held.token().to_string());
+                    // Work that would never end on its own.
+                    std::future::pending::<()>().await;
+                },
+            )
             .await
         })
     };
@@ -272,7 +276,7 @@ async fn run_exclusive_releases_when_the_work_panics_or_fails() {
     let panicking = {
         let lock = lock.clone();
         tokio::spawn(async move {
-            lock.run_exclusive("job", Duration::from_secs(1), |_| async {
+            lock.run_exclusive("job", Wait::up_to(Duration::from_secs(1)), |_| async {
                 panic!("work failed");
             })
             .await
@@ -287,7 +291,7 @@ async fn run_exclusive_releases_when_the_work_panics_or_fails() {
     assert_eq!(lock.stats().watched, 0);
 
     let failed: Result<Result<(), &str>, Error> = lock
-        .run_exclusive("job", Duration::from_secs(1), |_| async {
+        .run_exclusive("job", Wait::up_to(Duration::from_secs(1)), |_| async {
             Err("work error")
         })
         .await;
@@ -309,7 +313,7 @@ async fn max_hold_stops_renewing_and_run_exclusive_reports_it() {
     let began = Stamp::now();
     let result = tokio::time::timeout(
         renewals_bound(ttl),
-        lock.run_exclusive("job", Duration::from_secs(1), |_| {
+        lock.run_exclusive("job", Wait::up_to(Duration::from_secs(1)), |_| {
             std::future::pending::<()>()
         }),
     )

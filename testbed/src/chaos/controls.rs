@@ -192,7 +192,7 @@ impl Client {
             key: key.into(),
             hold: hold.clone(),
         });
-        match self.lock.acquire(key, wait).await {
+        match self.lock.acquire(key, quorumlock::Wait::up_to(wait)).await {
             Ok(guard) => {
                 let nodes = held_indexes(&guard);
                 let deadline = to_monotonic(guard.deadline());

@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use quorumlock::fenced::{FencedResource, Read, Write};
-use quorumlock::{HeldLock, Hold, LockConfig, LockGuard, MultiLock, Quorum, RetryPolicy, Stamp};
+use quorumlock::{
+    HeldLock, Hold, LockConfig, LockGuard, MultiLock, Quorum, RetryPolicy, Stamp, Wait,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
@@ -233,7 +235,11 @@ impl Task {
             key: key.clone(),
             hold: hold.clone(),
         });
-        let guard = match self.lock.acquire(&key, self.options.ttl * 2).await {
+        let guard = match self
+            .lock
+            .acquire(&key, Wait::up_to(self.options.ttl * 2))
+            .await
+        {
             Ok(guard) => guard,
             Err(error) => {
                 self.log(What::Failed {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use quorumlock::fenced::{FencedResource, Write};
-use quorumlock::{ConfigError, Error, HeldLock, LockConfig, MultiLock, Owner, Quorum};
+use quorumlock::{ConfigError, Error, HeldLock, LockConfig, MultiLock, Owner, Quorum, Wait};
 use quorumlock_testbed::Testbed;
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
 use quorumlock_testbed::table::{Align, Table};
@@ -281,7 +281,7 @@ async fn fenced_part(
             "part \"a paused holder is fenced off\": holders A and B (two clients) take {FENCED_KEY:?}"
         ),
     );
-    let a = a_lock.acquire(FENCED_KEY, WAIT).await?;
+    let a = a_lock.acquire(FENCED_KEY, Wait::up_to(WAIT)).await?;
     let a_token = token_of(&a).await?;
     let a_write = resource.write(a_token, "report by A").await?;
     event(
@@ -326,7 +326,7 @@ async fn fenced_part(
     };
     let b_side = async {
         let began = Instant::now();
-        let b = b_lock.acquire(FENCED_KEY, B_WAIT).await?;
+        let b = b_lock.acquire(FENCED_KEY, Wait::up_to(B_WAIT)).await?;
         let waited = began.elapsed();
         let b_token = token_of(&b).await?;
         let b_write = resource.write(b_token, "report by B").await?;
@@ -474,7 +474,7 @@ async fn take_turns(
     let mut tokens = Vec::with_capacity(TAKES);
     let mut rejected = 0;
     for i in 0..TAKES {
-        let guard = lock.acquire(FENCED_KEY, WAIT).await?;
+        let guard = lock.acquire(FENCED_KEY, Wait::up_to(WAIT)).await?;
         let token = token_of(&guard).await?;
         if resource
             .write(token, &format!("report {} {when}", i + 1))
@@ -538,7 +538,7 @@ async fn nested_part(
         ),
     );
     let mut counts = Vec::new();
-    let outer = lock.acquire(LEDGER, WAIT).await?;
+    let outer = lock.acquire(LEDGER, Wait::up_to(WAIT)).await?;
     let middle = outer.reenter().await?;
     let inner = middle.reenter().await?;
     let now = hold_counts(&lock, testbed, LEDGER).await;
@@ -579,7 +579,7 @@ async fn nested_part(
         counts.push((step, now, expected));
     }
     let owner = Owner::from_token(outer.token())?;
-    let handed = lock.acquire_as(&owner, LEDGER, Duration::ZERO).await?;
+    let handed = lock.acquire_as(&owner, LEDGER, Wait::NONE).await?;
     let now = hold_counts(&lock, testbed, LEDGER).await;
     event(
         stats,
@@ -737,7 +737,7 @@ async fn transfer_worker(
     let names = [account_lock(pair[0]), account_lock(pair[1])];
     let mut n: i64 = 0;
     while !stop.load(Ordering::SeqCst) {
-        match lock.acquire_all(&names, WAIT).await {
+        match lock.acquire_all(&names, Wait::up_to(WAIT)).await {
             Ok(guard) => {
                 if guard.is_held() {
                     n += 1;

@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{
     ConfigError, Error, LockConfig, MultiLock, NodeErrorKind, NodeReports, Quorum, RetryPolicy,
+    Wait,
 };
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
 use quorumlock_testbed::table::{Align, Table};
@@ -348,7 +349,7 @@ async fn read_counter(resource: &mut MultiplexedConnection) -> redis::RedisResul
 async fn worker(lock: MultiLock, mut resource: MultiplexedConnection, stats: Arc<Stats>) {
     while !stats.stop.load(Ordering::SeqCst) {
         let began = stats.phase();
-        match lock.acquire(KEY, WAIT).await {
+        match lock.acquire(KEY, Wait::up_to(WAIT)).await {
             Ok(guard) => {
                 let phase = attribute(began, stats.phase());
                 if guard.is_held() {
@@ -436,8 +437,8 @@ fn lock_config(urls: Vec<String>, watchdog: bool) -> Result<LockConfig, ConfigEr
         .quorum(Quorum::Majority)
         .retry(
             RetryPolicy::default()
-                .base_delay(Duration::from_millis(2))
-                .max_delay(Duration::from_millis(50)),
+                .with_base_delay(Duration::from_millis(2))
+                .with_max_delay(Duration::from_millis(50)),
         )
         .watchdog(watchdog)
         .build()

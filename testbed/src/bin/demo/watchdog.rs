@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use quorumlock::{Error, HeldLock, Hold, LossNotice, LostReason, MultiLock, Renewal, Stamp};
+use quorumlock::{Error, HeldLock, Hold, LossNotice, LostReason, MultiLock, Renewal, Stamp, Wait};
 use quorumlock_testbed::table::{Align, Table};
 use quorumlock_testbed::{Testbed, TestbedError};
 use tokio::sync::oneshot;
@@ -286,7 +286,7 @@ async fn long_job(
     let printed = AtomicUsize::new(0);
     let settle = holder.config().node_timeout();
     let (handed, handed_rx) = oneshot::channel();
-    let job = holder.run_exclusive(LONG_JOB_KEY, WAIT, |held| {
+    let job = holder.run_exclusive(LONG_JOB_KEY, Wait::up_to(WAIT), |held| {
         long_job_work(held, stats, handed, &contender, &printed, settle)
     });
     let control = long_job_control(
@@ -324,7 +324,10 @@ async fn long_job(
     }
 
     let began = Instant::now();
-    let after_release = match contender_lock.acquire(LONG_JOB_KEY, WAIT).await {
+    let after_release = match contender_lock
+        .acquire(LONG_JOB_KEY, Wait::up_to(WAIT))
+        .await
+    {
         Ok(guard) => {
             let took = began.elapsed();
             event(
@@ -502,7 +505,7 @@ async fn lost_job(
     );
     let probe = Arc::new(WorkProbe::default());
     let (handed, handed_rx) = oneshot::channel();
-    let job = holder.run_exclusive(LOST_KEY, WAIT, |held| {
+    let job = holder.run_exclusive(LOST_KEY, Wait::up_to(WAIT), |held| {
         lost_job_work(held, handed, Arc::clone(&probe), step)
     });
     let settle = holder.config().node_timeout();

@@ -98,10 +98,14 @@
 //! * `tls-native-tls`: `rediss://` nodes over the platform's TLS (OpenSSL on
 //!   Linux).
 //!
-//! Without either, a `rediss://` node is [`ConfigError::TlsNotEnabled`].
+//! * `blocking`: [`blocking`], the same API for code that is not async,
+//!   on a runtime thread of its own (as `reqwest::blocking`).
+//!
+//! Without a TLS feature, a `rediss://` node is [`ConfigError::TlsNotEnabled`].
 //! The `redis` crate is re-exported as [`redis`], so a client you build for
 //! [`LockConfigBuilder::node_client`] is of the version the lock uses.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 // The layers, each importing only from the layers below it (see
@@ -138,6 +142,10 @@ mod acquire;
 pub mod fence;
 mod lock;
 mod scoped;
+// 6 front ends.
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
 
 pub use clock::Stamp;
 pub use config::{GuardOptions, LockConfig, LockConfigBuilder};

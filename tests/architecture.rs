@@ -46,6 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("services", &["watchdog", "wake", "release"]),
     ("handles", &["guard"]),
     ("the service", &["acquire", "lock", "fence", "scoped"]),
+    ("front ends", &["blocking"]),
 ];
 
 /// The longest a function may be, from the line of `fn` to its closing brace.

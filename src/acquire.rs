@@ -30,6 +30,7 @@ use crate::owner::Owner;
 use crate::quorum::{self, Decision};
 use crate::release;
 use crate::stats::bump;
+use crate::telemetry::{self, Outcome};
 use crate::wake::HandoffEvent;
 
 /// What to acquire: the names, and as whom.
@@ -77,7 +78,7 @@ impl Services {
     /// in an `acquire` span that records the outcome.
     pub(crate) async fn attempt(self: &Arc<Self>, request: &Request) -> Result<LockGuard, Error> {
         let span = tracing::debug_span!(
-            "acquire",
+            "attempt",
             key = %request.keys,
             nodes = self.core.nodes.len(),
             won = Empty,
@@ -193,6 +194,7 @@ impl Services {
         if round.won_with(request.ttl, config.drift_factor, min_validity) {
             tracing::debug!(won = round.tally.won(), ?validity, "acquired");
             bump(&self.core.counters.acquired);
+            telemetry::attempt(Outcome::Acquired, round.elapsed);
             return Ok(self.guard(request, entry, round));
         }
         // Lost (or won too late): undo whatever the attempt may have written.
@@ -242,6 +244,7 @@ impl Services {
         let key = entry.keys.to_string();
         if tally.decision() == Decision::Won {
             bump(&core.counters.validity_used_up);
+            telemetry::attempt(Outcome::ValidityUsedUp, round.elapsed);
             return Error::ValidityUsedUp {
                 key,
                 elapsed: round.elapsed,
@@ -262,6 +265,7 @@ impl Services {
             let free_in = quorum::free_in(live, tally.required(), &mut pttls);
             tracing::debug!(contended = tally.contended(), ?free_in, "contended");
             bump(&core.counters.contended);
+            telemetry::attempt(Outcome::Contended, round.elapsed);
             return Error::Contended {
                 key,
                 free_in,
@@ -274,6 +278,7 @@ impl Services {
             "quorum not reached"
         );
         bump(&core.counters.quorum_not_reached);
+        telemetry::attempt(Outcome::QuorumNotReached, round.elapsed);
         Error::QuorumNotReached {
             key,
             required: tally.required(),

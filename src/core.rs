@@ -16,6 +16,7 @@ use crate::node::Node;
 use crate::quorum::Vote;
 use crate::server_ids::ServerIds;
 use crate::stats::{Counters, LockStats, bump};
+use crate::telemetry;
 
 /// Settings, nodes and counters: what every round of a lock service uses.
 pub(crate) struct Core {
@@ -96,6 +97,7 @@ impl Core {
                 .filter(|(_, r)| r.is_none())
             {
                 bump(&node.counters.timeouts);
+                telemetry::node_timeout(node.name());
             }
         }
         let outcomes = replies
@@ -150,6 +152,7 @@ impl Core {
     /// A timeout error for `node`, counted.
     pub(crate) fn timeout_error(&self, node: &Node) -> NodeError {
         bump(&node.counters.timeouts);
+        telemetry::node_timeout(node.name());
         self.timeout_detail(node)
     }
 

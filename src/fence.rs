@@ -150,6 +150,7 @@ use crate::lease::Lease;
 use crate::node::{OwnerCheck, Reading};
 use crate::quorum::Decision;
 use crate::stats::bump;
+use crate::telemetry;
 
 /// What was read from one node: each name's counter, or `None` when the
 /// node was not read.
@@ -195,6 +196,7 @@ impl HeldLock {
     /// # Ok(())
     /// # }
     /// ```
+    #[tracing::instrument(level = "debug", name = "fencing", skip_all, fields(key = %self.lease.name, nodes = self.services.core.nodes.len()))]
     pub async fn fencing_token(&self) -> Result<u64, Error> {
         let lease = &self.lease;
         lease
@@ -338,6 +340,7 @@ async fn raise(lease: &Lease, token: u64) -> Result<u64, Error> {
     let tally = round.tally;
     if tally.decision() == Decision::Won && lease.is_held() {
         bump(&core.counters.fencing_tokens);
+        telemetry::fencing_token();
         tracing::debug!(key = %lease.name, token, confirmed = tally.won(), "fencing token");
         return Ok(token);
     }

@@ -24,6 +24,7 @@ use crate::lease::{Flight, Hold, Lease, LossNotice, Recorded, Renewal, Win};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseReport};
 use crate::stats::bump;
+use crate::telemetry;
 use crate::wake::Wake;
 use crate::watchdog::Watchdog;
 
@@ -321,6 +322,7 @@ impl LockGuard {
     ///
     /// Dropping the future leaves the guard as it was, except that nodes
     /// may have taken the new TTL; the deadline is not moved.
+    #[tracing::instrument(level = "debug", name = "extend", skip_all, fields(key = %self.held.lease.name, ttl_ms = ttl.as_millis() as u64))]
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
         let lease = Arc::clone(&self.held.lease);
         let core = Arc::clone(&lease.core);
@@ -360,6 +362,7 @@ impl LockGuard {
             match lease.record_win(win) {
                 Recorded::Moved => {
                     bump(&core.counters.extended);
+                    telemetry::extend(true);
                     return Ok(self.validity());
                 }
                 Recorded::Ended => return Err(lease.ended_error()),
@@ -367,6 +370,7 @@ impl LockGuard {
             }
         }
         bump(&core.counters.extend_failed);
+        telemetry::extend(false);
         let nodes = core.reports(&mut quorum.replies, quorum.end);
         let keys_gone = tally.contention_rules_out_quorum().then(|| nodes.clone());
         let gone = keys_gone.is_some();
@@ -422,6 +426,7 @@ impl LockGuard {
     /// release is sent again to every node (an owner-checked delete, so a
     /// second one changes nothing where the first arrived). Only the report
     /// is lost.
+    #[tracing::instrument(level = "debug", name = "release", skip_all, fields(key = %self.held.lease.name, nodes = self.held.services.core.nodes.len()))]
     pub async fn release(mut self) -> ReleaseReport {
         self.released = true;
         let mut unfinished = FinishOnDrop(Some(self.held.clone()));

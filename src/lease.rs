@@ -36,6 +36,7 @@ use crate::keys::Entry;
 use crate::node::Reading;
 use crate::quorum::{self, Vote};
 use crate::stats::bump;
+use crate::telemetry;
 
 /// Whether a guard holds its key on one node, as of the last acquire,
 /// extend or renewal.
@@ -257,6 +258,7 @@ impl Lease {
         if lease.watched {
             // Counted down in `end`.
             bump(&lease.core.counters.watched);
+            telemetry::watched(1.0);
             let next = lease.next_renewal_after(grant.start, ttl);
             let state = lease
                 .state
@@ -396,7 +398,9 @@ impl Lease {
         let counters = &self.core.counters;
         if self.watched {
             counters.watched.fetch_sub(1, Ordering::Relaxed);
+            telemetry::watched(-1.0);
         }
+        telemetry::ended(&notice.reason, now.saturating_since(self.acquired));
         if notice.reason != LostReason::Released {
             bump(&counters.lost);
             tracing::warn!(

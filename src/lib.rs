@@ -98,8 +98,52 @@
 //! * `tls-native-tls`: `rediss://` nodes over the platform's TLS (OpenSSL on
 //!   Linux).
 //!
-//! * `blocking`: [`blocking`], the same API for code that is not async,
+//! * `blocking`: `quorumlock::blocking`, the same API for code that is not async,
 //!   on a runtime thread of its own (as `reqwest::blocking`).
+//!
+//! * `metrics`: counters, a gauge and histograms through the
+//!   [`metrics`](https://docs.rs/metrics) facade, listed below.
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, quorumlock records through the `metrics`
+//! crate's facade, so whatever exporter the service installed (Prometheus,
+//! StatsD, OpenTelemetry) gets them. Durations are in seconds. Each sits
+//! next to the matching [`LockStats`] counter, which works without the
+//! feature.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `quorumlock_acquires_total` | counter | `outcome` | acquire calls (`try_acquire*`, `acquire*`, `run_exclusive`) by how they ended |
+//! | `quorumlock_acquire_seconds` | histogram | `outcome` | an acquire call, from the call to its result, waits included |
+//! | `quorumlock_wait_seconds` | histogram | | of an acquire call, the time spent waiting between attempts |
+//! | `quorumlock_attempts_total` | counter | `outcome` | attempts (one fan-out round each) by how they ended |
+//! | `quorumlock_attempt_seconds` | histogram | | an attempt's round, until the quorum was decided |
+//! | `quorumlock_renewals_total` | counter | `outcome`: `renewed`, `failed` | watchdog renewals of one lock |
+//! | `quorumlock_renewal_seconds` | histogram | | a successful renewal, from its round's start |
+//! | `quorumlock_extends_total` | counter | `outcome`: `extended`, `failed` | [`LockGuard::extend`] calls |
+//! | `quorumlock_releases_total` | counter | | held locks released by their holder |
+//! | `quorumlock_losses_total` | counter | `reason` | held locks lost before release |
+//! | `quorumlock_hold_seconds` | histogram | | a held lock, from its win to its release or loss |
+//! | `quorumlock_watched_locks` | gauge | | locks the watchdog renews now |
+//! | `quorumlock_fencing_tokens_total` | counter | | fencing tokens established |
+//! | `quorumlock_node_errors_total` | counter | `node` | failed calls to a node |
+//! | `quorumlock_node_timeouts_total` | counter | `node` | calls a node did not answer within the node timeout |
+//!
+//! Label values: `outcome` of an acquire or attempt is `acquired`,
+//! `contended`, `quorum_not_reached`, `validity_used_up`,
+//! `wait_budget_exhausted` (calls only) or `error`; `reason` is
+//! `validity_expired`, `keys_gone`, `renewals_failed`, `max_hold_reached` or
+//! `force_released`; `node` is the node's URL without credentials.
+//!
+//! # Traces
+//!
+//! Every public operation runs in a `tracing` span at debug level:
+//! `acquire` (fields `key`, `wait_ms`, `attempts`, `elapsed_us`,
+//! `waited_us`) around its `attempt` spans (`key`, `nodes`, `won`,
+//! `elapsed_us`, `validity_ms`), `renew` (one per renewal group, `locks`),
+//! `extend` (`key`, `ttl_ms`), `release` (`key`, `nodes`) and `fencing`
+//! (`key`, `nodes`). Losses are logged at warn level.
 //!
 //! Without a TLS feature, a `rediss://` node is [`ConfigError::TlsNotEnabled`].
 //! The `redis` crate is re-exported as [`redis`], so a client you build for
@@ -121,6 +165,7 @@ mod redact;
 mod retry;
 mod server_ids;
 mod stats;
+mod telemetry;
 mod wait;
 // 1 I/O: the nodes and the rounds sent to them.
 mod core;

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::acquire::Request;
 use crate::clock::instant_in;
@@ -16,6 +18,7 @@ use crate::guard::{LockGuard, Services};
 use crate::node::Node;
 use crate::owner::Owner;
 use crate::stats::LockStats;
+use crate::telemetry::{self, Outcome};
 use crate::wait::Wait;
 use crate::wake::Woken;
 
@@ -550,9 +553,39 @@ impl MultiLock {
         request: Request,
         wait: Option<Duration>,
     ) -> Result<LockGuard, Error> {
+        let span = tracing::debug_span!(
+            "acquire",
+            key = %request.keys,
+            wait_ms = wait.map(|w| w.as_millis() as u64),
+            attempts = Empty,
+            elapsed_us = Empty,
+            waited_us = Empty,
+        );
+        let began = Instant::now();
+        let mut waited = Duration::ZERO;
+        let outcome = self
+            .attempts(&request, wait, &mut waited)
+            .instrument(span.clone())
+            .await;
+        let took = began.elapsed();
+        span.record("elapsed_us", took.as_micros() as u64);
+        span.record("waited_us", waited.as_micros() as u64);
+        telemetry::acquire(Outcome::of(&outcome), took, waited);
+        outcome
+    }
+
+    /// The attempts of one acquire call, adding the time spent waiting
+    /// between them to `waited`.
+    async fn attempts(
+        &self,
+        request: &Request,
+        wait: Option<Duration>,
+        waited: &mut Duration,
+    ) -> Result<LockGuard, Error> {
         let services = &self.services;
         let Some(wait) = wait else {
-            return services.attempt(&request).await;
+            tracing::Span::current().record("attempts", 1);
+            return services.attempt(request).await;
         };
         let began = Instant::now();
         let budget_end = instant_in(wait);
@@ -570,7 +603,9 @@ impl MultiLock {
             // them (first come, first served) rather than barge in with an
             // attempt that would find the name taken or handed over.
             let backoff = retry.delay(1, rand::random::<f64>());
+            let pause = Instant::now();
             woken = waiting.wait(None, backoff, budget_end, next()).await;
+            *waited += pause.elapsed();
         }
         loop {
             attempts += 1;
@@ -579,10 +614,11 @@ impl MultiLock {
             waiting.mark();
             let outcome = match woken {
                 Woken::HandedOver { entry, first, rest } => {
-                    services.handed_over(&request, entry, first, rest).await
+                    services.handed_over(request, entry, first, rest).await
                 }
-                Woken::Retry => services.attempt(&request).await,
+                Woken::Retry => services.attempt(request).await,
             };
+            tracing::Span::current().record("attempts", attempts);
             let error = match outcome {
                 Ok(guard) => return Ok(guard),
                 Err(e) if !e.is_retryable() => return Err(e),
@@ -599,9 +635,11 @@ impl MultiLock {
                 });
             }
             let backoff = retry.delay(attempts, rand::random::<f64>());
+            let pause = Instant::now();
             woken = waiting
                 .wait(Some(&error), backoff, budget_end, next())
                 .await;
+            *waited += pause.elapsed();
         }
     }
 }

@@ -37,6 +37,7 @@ use crate::quorum::Vote;
 use crate::scripts::{self, Script};
 use crate::server_ids::ServerIds;
 use crate::stats::{NodeCounters, bump};
+use crate::telemetry;
 
 type Connect = Shared<BoxFuture<'static, Result<(MultiplexedConnection, u64), NodeError>>>;
 
@@ -596,6 +597,7 @@ impl Node {
         // server that votes through another node gets no second vote.
         if let Err(e) = self.connection().await {
             bump(&self.counters.errors);
+            telemetry::node_error(self.name());
             return Err(e);
         }
         if let Some(voter) = self.servers.same_as(self.index) {
@@ -767,6 +769,7 @@ impl Node {
         let result = call.await;
         if result.is_err() {
             bump(&self.counters.errors);
+            telemetry::node_error(self.name());
         }
         result
     }

@@ -113,6 +113,7 @@ use crate::lease::{Flight, Hold, Lease, Recorded, RenewalClaim, Win};
 use crate::node::{RENEW_CHUNK, RenewItem, RenewReply};
 use crate::quorum::{Decision, Tally, Vote};
 use crate::stats::bump;
+use crate::telemetry;
 
 /// The renewal schedule of one lock service. Dropping it ends its task at
 /// once: the task holds the schedule only weakly, so a dropped lock service
@@ -564,6 +565,7 @@ impl GroupRound {
             for (i, node) in self.core.nodes.iter().enumerate() {
                 if self.votes.iter().all(|r| r.votes[i].is_none()) {
                     bump(&node.counters.timeouts);
+                    telemetry::node_timeout(node.name());
                 }
             }
         }
@@ -619,6 +621,7 @@ impl Verdict<'_> {
             match lease.record_win(win) {
                 Recorded::Moved => {
                     bump(&core.counters.renewed);
+                    telemetry::renewal(true, Some(Stamp::now().saturating_since(self.start)));
                     tracing::debug!(key = %lease.name, won = tally.won(), healed = self.votes.healed, "renewed");
                     return;
                 }
@@ -631,6 +634,7 @@ impl Verdict<'_> {
             return;
         }
         bump(&core.counters.renew_failed);
+        telemetry::renewal(false, None);
         let reports = core.vote_reports(&self.votes.votes, self.errors, self.at_end);
         let keys_gone = tally.contention_rules_out_quorum().then(|| reports.clone());
         let gone = keys_gone.is_some();

@@ -36,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "redact",
             "server_ids",
             "wait",
+            "telemetry",
         ],
     ),
     (

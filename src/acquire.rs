@@ -306,7 +306,7 @@ impl HeldLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use quorumlock::{HeldLock, LockConfig, MultiLock};
     ///
     /// async fn post_entry(held: &HeldLock) -> Result<(), quorumlock::Error> {

@@ -15,11 +15,27 @@ use std::time::Duration;
 ///
 /// Only differences between two stamps mean anything; the origin is
 /// unspecified (on Linux it is the moment the machine booted).
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::Stamp;
+///
+/// let start = Stamp::now();
+/// let deadline = start.after(Duration::from_secs(10));
+/// assert!(deadline > start);
+/// assert!(deadline.remaining() <= Duration::from_secs(10));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Stamp(Duration);
 
 impl Stamp {
     /// The current time on the deadline clock.
+    ///
+    /// ```
+    /// let a = quorumlock::Stamp::now();
+    /// let b = quorumlock::Stamp::now();
+    /// assert!(b >= a, "the clock never goes back");
+    /// ```
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub fn now() -> Stamp {
         let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
@@ -28,6 +44,12 @@ impl Stamp {
     }
 
     /// The current time on the deadline clock.
+    ///
+    /// ```
+    /// let a = quorumlock::Stamp::now();
+    /// let b = quorumlock::Stamp::now();
+    /// assert!(b >= a, "the clock never goes back");
+    /// ```
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     pub fn now() -> Stamp {
         use std::sync::OnceLock;
@@ -37,16 +59,36 @@ impl Stamp {
     }
 
     /// How long ago this stamp was taken (zero if it lies in the future).
+    ///
+    /// ```
+    /// let start = quorumlock::Stamp::now();
+    /// // ... work ...
+    /// assert!(start.elapsed() < std::time::Duration::from_secs(60));
+    /// ```
     pub fn elapsed(self) -> Duration {
         Stamp::now().saturating_since(self)
     }
 
     /// `self - earlier`, or zero when `earlier` is later than `self`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let a = quorumlock::Stamp::now();
+    /// let b = a.after(Duration::from_millis(5));
+    /// assert_eq!(b.saturating_since(a), Duration::from_millis(5));
+    /// assert_eq!(a.saturating_since(b), Duration::ZERO);
+    /// ```
     pub fn saturating_since(self, earlier: Stamp) -> Duration {
         self.0.saturating_sub(earlier.0)
     }
 
     /// The stamp `d` after this one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let now = quorumlock::Stamp::now();
+    /// assert_eq!(now.after(Duration::from_secs(1)).saturating_since(now), Duration::from_secs(1));
+    /// ```
     pub fn after(self, d: Duration) -> Stamp {
         Stamp(self.0.saturating_add(d))
     }
@@ -62,12 +104,25 @@ impl Stamp {
     }
 
     /// Time left from now until this stamp (zero once it has passed).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let deadline = quorumlock::Stamp::now().after(Duration::from_secs(30));
+    /// assert!(deadline.remaining() > Duration::from_secs(29));
+    /// assert_eq!(quorumlock::Stamp::now().remaining(), Duration::ZERO, "passed already");
+    /// ```
     pub fn remaining(self) -> Duration {
         self.saturating_since(Stamp::now())
     }
 
     /// Time since the clock's origin, e.g. for logs that several processes
     /// of one host share.
+    ///
+    /// ```
+    /// let now = quorumlock::Stamp::now();
+    /// // On Linux: time since boot, shared by every process of the host.
+    /// println!("t = {:?}", now.since_origin());
+    /// ```
     pub fn since_origin(self) -> Duration {
         self.0
     }

@@ -91,6 +91,22 @@ impl NodeSpec {
 }
 
 /// Builder for [`LockConfig`]; every setting but the nodes has a default.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use quorumlock::{LockConfig, Quorum};
+///
+/// let config = LockConfig::builder()
+///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+///     .quorum(Quorum::Majority)
+///     .ttl(Duration::from_secs(10))
+///     .watchdog(true)
+///     .build()?;
+/// assert_eq!(config.required_nodes(), 2);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Default)]
 #[must_use]
 pub struct LockConfigBuilder {
@@ -137,16 +153,62 @@ impl fmt::Debug for LockConfigBuilder {
 
 impl LockConfig {
     /// Default TTL: 30 s, Redisson's watchdog timeout.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").build()?;
+    /// assert_eq!(config.ttl(), LockConfig::DEFAULT_TTL);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
     /// Default drift factor: 1 % of the TTL (plus 2 ms), as in Redlock.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").build()?;
+    /// assert_eq!(config.drift_factor(), LockConfig::DEFAULT_DRIFT_FACTOR);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
     /// Upper bound of the default per-node timeout.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// // With the default 30 s TTL, a tenth of it is longer: the bound applies.
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").build()?;
+    /// assert_eq!(config.node_timeout(), LockConfig::DEFAULT_NODE_TIMEOUT);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
     /// Default bound on establishing one connection (runs in the background;
     /// callers never wait longer than their node timeout for it).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").build()?;
+    /// assert_eq!(config.connect_timeout(), LockConfig::DEFAULT_CONNECT_TIMEOUT);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
     /// Starts a builder.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").build()?;
+    /// assert_eq!(config.node_urls().count(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder() -> LockConfigBuilder {
         LockConfigBuilder::default()
     }
@@ -165,80 +227,268 @@ impl LockConfig {
 
     /// The node URLs, in configuration order, each password replaced by
     /// `***`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://locker:s3cret@10.0.0.1:6379")
+    ///     .node("redis://10.0.0.2:6379")
+    ///     .build()?;
+    /// let urls: Vec<&str> = config.node_urls().collect();
+    /// assert_eq!(urls, ["redis://locker:***@10.0.0.1:6379", "redis://10.0.0.2:6379"]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn node_urls(&self) -> impl ExactSizeIterator<Item = &str> {
         self.nodes.iter().map(|n| n.shown.as_str())
     }
 
     /// Time to live of the lock keys.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .build()?;
+    /// assert_eq!(config.ttl(), Duration::from_secs(10));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
 
     /// The quorum policy.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, Quorum};
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").quorum(Quorum::All).build()?;
+    /// assert_eq!(config.quorum(), Quorum::All);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn quorum(&self) -> Quorum {
         self.quorum
     }
 
     /// Nodes an acquire must win: the policy applied to the node count.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, Quorum};
+    /// let config = LockConfig::builder()
+    ///     .nodes((0..5).map(|i| format!("redis://10.0.0.{i}:6379")))
+    ///     .quorum(Quorum::AtLeast(4))
+    ///     .build()?;
+    /// assert_eq!(config.required_nodes(), 4);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn required_nodes(&self) -> usize {
         self.quorum.required(self.nodes.len())
     }
 
     /// The clock-drift factor.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .drift_factor(0.02)
+    ///     .build()?;
+    /// assert_eq!(config.drift_factor(), 0.02);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn drift_factor(&self) -> f64 {
         self.drift_factor
     }
 
     /// Deadline of each fan-out: no node is waited on longer.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .node_timeout(Duration::from_millis(20))
+    ///     .build()?;
+    /// assert_eq!(config.node_timeout(), Duration::from_millis(20));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn node_timeout(&self) -> Duration {
         self.node_timeout
     }
 
     /// Bound on establishing one connection.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .connect_timeout(Duration::from_millis(500))
+    ///     .build()?;
+    /// assert_eq!(config.connect_timeout(), Duration::from_millis(500));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
 
     /// How `acquire` spaces its attempts.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, RetryPolicy};
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .retry(RetryPolicy::default().with_max_attempts(3))
+    ///     .build()?;
+    /// assert_eq!(config.retry().max_attempts(), Some(3));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry(&self) -> &RetryPolicy {
         &self.retry
     }
 
     /// A win that leaves no more validity than this is rolled back.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .build()?;
+    /// assert_eq!(config.min_validity(), Duration::from_secs(1), "a tenth of the TTL");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn min_validity(&self) -> Duration {
         self.min_validity
     }
 
     /// Whether guards from `acquire`/`try_acquire` renew themselves in the
     /// background (see [`crate::watchdog`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .watchdog(true)
+    ///     .build()?;
+    /// assert!(config.watchdog());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn watchdog(&self) -> bool {
         self.watchdog
     }
 
     /// Whether waiting acquires are woken by release notices (see
     /// [`crate::wake`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .build()?;
+    /// assert!(config.wake_ups(), "on by default");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn wake_ups(&self) -> bool {
         self.wake_ups
     }
 
     /// How long a node whose data may be incomplete casts no vote (see
     /// [`LockConfigBuilder::quarantine`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .build()?;
+    /// assert_eq!(config.quarantine(), Duration::from_secs(10), "the TTL by default");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn quarantine(&self) -> Duration {
         self.quarantine
     }
 
     /// How long after a successful acquire or renewal the watchdog renews.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .build()?;
+    /// assert_eq!(config.renew_interval(), Duration::from_secs(10), "a third of the TTL");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn renew_interval(&self) -> Duration {
         self.renew_interval
     }
 
     /// How long before its validity deadline a guard is declared lost when
     /// no renewal succeeded.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .build()?;
+    /// assert_eq!(config.loss_margin(), Duration::from_secs(3), "a tenth of the TTL");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn loss_margin(&self) -> Duration {
         self.loss_margin
     }
 
     /// How long the watchdog keeps renewing one guard, if bounded.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .max_hold(Duration::from_secs(3600))
+    ///     .build()?;
+    /// assert_eq!(config.max_hold(), Some(Duration::from_secs(3600)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_hold(&self) -> Option<Duration> {
         self.max_hold
     }
@@ -247,12 +497,37 @@ impl LockConfig {
 impl LockConfigBuilder {
     /// Adds one node, a `redis://` URL (or `rediss://` with the `tls-rustls`
     /// or `tls-native-tls` feature, or `redis+unix://`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://10.0.0.1:6379")
+    ///     .node("redis://user:password@10.0.0.2:6379/0")
+    ///     .node("redis+unix:///run/redis/redis.sock")
+    ///     .build()?;
+    /// assert_eq!(config.node_urls().count(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn node(mut self, url: impl Into<String>) -> Self {
         self.nodes.push(NodeSpec::Url(url.into()));
         self
     }
 
     /// Adds several nodes.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let urls = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+    /// let config = LockConfig::builder().nodes(urls).build()?;
+    /// assert_eq!(config.node_urls().count(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -276,7 +551,7 @@ impl LockConfigBuilder {
     /// credentials.
     ///
     /// ```
-    /// # let testbed = quorumlock_testbed::Testbed::start(1)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
     /// use quorumlock::LockConfig;
     ///
     /// use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
@@ -298,12 +573,36 @@ impl LockConfigBuilder {
 
     /// Time to live of the lock keys (default 30 s). The holder's validity is
     /// always shorter: TTL minus the acquire time minus the drift allowance.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").ttl(Duration::from_secs(5)).build()?;
+    /// assert_eq!(config.ttl(), Duration::from_secs(5));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
     }
 
     /// Quorum policy (default [`Quorum::Majority`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// use quorumlock::Quorum;
+    /// let config = LockConfig::builder()
+    ///     .nodes((1..=5).map(|i| format!("redis://10.0.0.{i}:6379")))
+    ///     .quorum(Quorum::AtLeast(4))
+    ///     .build()?;
+    /// assert_eq!(config.required_nodes(), 4);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn quorum(mut self, quorum: Quorum) -> Self {
         self.quorum = quorum;
         self
@@ -311,6 +610,18 @@ impl LockConfigBuilder {
 
     /// Clock-drift factor (default 0.01): the allowance is
     /// `ttl × drift_factor + 2 ms`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").drift_factor(0.05).build()?;
+    /// assert_eq!(config.drift_factor(), 0.05);
+    /// // Out of range: a typed error naming the value.
+    /// assert!(LockConfig::builder().node("redis://127.0.0.1:6379").drift_factor(2.0).build().is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn drift_factor(mut self, factor: f64) -> Self {
         self.drift_factor = Some(factor);
         self
@@ -318,24 +629,78 @@ impl LockConfigBuilder {
 
     /// Per-node timeout (default: 50 ms or a tenth of the TTL, whichever is
     /// smaller). Must be at most a tenth of the TTL.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .node_timeout(Duration::from_millis(25))
+    ///     .build()?;
+    /// assert_eq!(config.node_timeout(), Duration::from_millis(25));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
         self
     }
 
     /// Bound on establishing a connection (default 1 s).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .connect_timeout(Duration::from_secs(2))
+    ///     .build()?;
+    /// assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
     }
 
     /// Retry policy for [`MultiLock::acquire`](crate::MultiLock::acquire).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// use quorumlock::RetryPolicy;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .retry(RetryPolicy::default().with_base_delay(Duration::from_millis(5)))
+    ///     .build()?;
+    /// assert_eq!(config.retry().base_delay(), Duration::from_millis(5));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
 
     /// Minimum validity a win must leave (default: a tenth of the TTL).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .min_validity(Duration::from_secs(2))
+    ///     .build()?;
+    /// assert_eq!(config.min_validity(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn min_validity(mut self, min: Duration) -> Self {
         self.min_validity = Some(min);
         self
@@ -344,6 +709,15 @@ impl LockConfigBuilder {
     /// Turns the watchdog on for every guard of `acquire` and `try_acquire`
     /// (default off; [`MultiLock::run_exclusive`](crate::MultiLock::run_exclusive)
     /// always uses it). See [`crate::watchdog`] for what it guarantees.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").watchdog(true).build()?;
+    /// assert!(config.watchdog());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn watchdog(mut self, on: bool) -> Self {
         self.watchdog = on;
         self
@@ -352,6 +726,16 @@ impl LockConfigBuilder {
     /// Wakes waiting acquires when a holder releases (default on): one
     /// pub/sub subscriber connection per node, opened on the first wait.
     /// Off: waiters poll with the jittered backoff only. See [`crate::wake`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").wake_ups(false).build()?;
+    /// assert!(!config.wake_ups());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn wake_ups(mut self, on: bool) -> Self {
         self.wake_ups = Some(on);
         self
@@ -377,6 +761,21 @@ impl LockConfigBuilder {
     ///
     /// `Duration::ZERO` turns the quarantine off: a restart or failover
     /// then relies on operators delaying it by a TTL, as plain Redlock does.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// // Clients on these nodes use TTLs up to 60 s.
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .quarantine(Duration::from_secs(60))
+    ///     .build()?;
+    /// assert_eq!(config.quarantine(), Duration::from_secs(60));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn quarantine(mut self, quarantine: Duration) -> Self {
         self.quarantine = Some(quarantine);
         self
@@ -387,6 +786,19 @@ impl LockConfigBuilder {
     /// over to a replica. They skip the quarantine after a restart. Only
     /// for nodes that truly lose nothing: a durable node that loses data
     /// breaks mutual exclusion.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+    ///     .durable_nodes(["redis://10.0.0.1:6379"])
+    ///     .build()?;
+    /// assert_eq!(config.node_urls().count(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn durable_nodes<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -399,6 +811,20 @@ impl LockConfigBuilder {
     /// How long after a successful acquire or renewal the watchdog renews
     /// (default: a third of the TTL, as Redisson). Renewals due within a
     /// tenth of this of each other are sent to each node together.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .renew_interval(Duration::from_secs(5))
+    ///     .build()?;
+    /// assert_eq!(config.renew_interval(), Duration::from_secs(5));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn renew_interval(mut self, interval: Duration) -> Self {
         self.renew_interval = Some(interval);
         self
@@ -407,6 +833,20 @@ impl LockConfigBuilder {
     /// How long before the validity deadline a guard whose renewals keep
     /// failing is declared lost (default: a tenth of the TTL). It must cover
     /// the time the holder needs to notice and stop.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .loss_margin(Duration::from_secs(5))
+    ///     .build()?;
+    /// assert_eq!(config.loss_margin(), Duration::from_secs(5));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn loss_margin(mut self, margin: Duration) -> Self {
         self.loss_margin = Some(margin);
         self
@@ -415,6 +855,20 @@ impl LockConfigBuilder {
     /// Stops renewing a guard this long after it was acquired (default:
     /// never). The guard then runs out its validity and is declared lost
     /// with [`LostReason::MaxHoldReached`](crate::LostReason::MaxHoldReached).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .watchdog(true)
+    ///     .max_hold(Duration::from_secs(15 * 60))
+    ///     .build()?;
+    /// assert_eq!(config.max_hold(), Some(Duration::from_secs(900)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -422,6 +876,20 @@ impl LockConfigBuilder {
 
     /// Checks every setting and returns the first problem, naming the field
     /// and the value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::{ConfigError, LockConfig};
+    ///
+    /// // A node timeout over a tenth of the TTL cannot work: refused, with the values.
+    /// let refused = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .ttl(Duration::from_secs(1))
+    ///     .node_timeout(Duration::from_millis(500))
+    ///     .build();
+    /// assert!(matches!(refused, Err(ConfigError::NodeTimeoutOutOfRange { .. })));
+    /// assert!(matches!(LockConfig::builder().build(), Err(ConfigError::NoNodes)));
+    /// ```
     pub fn build(self) -> Result<LockConfig, ConfigError> {
         let mut nodes = parse_nodes(self.nodes)?;
         mark_durable(&mut nodes, self.durable)?;
@@ -963,7 +1431,7 @@ mod tests {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 /// use std::time::Duration;
 /// use quorumlock::{GuardOptions, LockConfig, MultiLock, Wait};
 ///
@@ -993,6 +1461,12 @@ impl GuardOptions {
     /// The keys' TTL for this guard (default: the lock's). Checked as the
     /// lock's TTL is: a TTL that leaves no validity is
     /// [`Error::Config`](crate::Error::Config).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let brief = quorumlock::GuardOptions::default().ttl(Duration::from_secs(3));
+    /// assert_eq!(brief, quorumlock::GuardOptions::default().ttl(Duration::from_secs(3)));
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> GuardOptions {
         self.ttl = Some(ttl);
         self
@@ -1000,6 +1474,11 @@ impl GuardOptions {
 
     /// Whether the watchdog renews this guard (default: the lock's
     /// setting).
+    ///
+    /// ```
+    /// let watched = quorumlock::GuardOptions::default().watchdog(true);
+    /// assert_ne!(watched, quorumlock::GuardOptions::default());
+    /// ```
     pub fn watchdog(mut self, on: bool) -> GuardOptions {
         self.watchdog = Some(on);
         self

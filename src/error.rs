@@ -6,6 +6,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A configuration value that cannot work, naming the field and the value.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::{ConfigError, LockConfig};
+///
+/// let error = LockConfig::builder()
+///     .node("redis://127.0.0.1:6379")
+///     .drift_factor(-1.0)
+///     .build()
+///     .unwrap_err();
+/// assert!(matches!(error, ConfigError::DriftFactorOutOfRange { .. }));
+/// println!("{error}"); // names the field and the value
+/// ```
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -144,6 +157,21 @@ pub enum ConfigError {
 }
 
 /// What kind of failure one node had.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
+///
+/// // Nothing listens on port 1: the one node fails.
+/// let lock = MultiLock::new(LockConfig::builder().node("redis://127.0.0.1:1").build()?);
+/// let error = lock.try_acquire("job").await.unwrap_err();
+/// assert!(matches!(error, Error::QuorumNotReached { .. }));
+/// let failure = error.node_reports().unwrap().errors().next().unwrap();
+/// assert_eq!(failure.kind(), NodeErrorKind::Unreachable);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum NodeErrorKind {
@@ -203,6 +231,22 @@ impl fmt::Display for NodeErrorKind {
 }
 
 /// One node's failure, with the node named.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
+///
+/// // Nothing listens on port 1: the one node fails.
+/// let lock = MultiLock::new(LockConfig::builder().node("redis://127.0.0.1:1").build()?);
+/// let error = lock.try_acquire("job").await.unwrap_err();
+/// assert!(matches!(error, Error::QuorumNotReached { .. }));
+/// let failure = error.node_reports().unwrap().errors().next().unwrap();
+/// println!("{failure}"); // "redis://127.0.0.1:1: unreachable: ..."
+/// assert_eq!(failure.node(), "redis://127.0.0.1:1");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{node}: {kind}: {detail}")]
 pub struct NodeError {
@@ -241,27 +285,104 @@ impl NodeError {
 
     /// For a [`NodeErrorKind::Quarantined`] node: how long until it votes
     /// again (on its own clock, as of its answer).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
+    ///
+    /// // Nothing listens on port 1: the one node fails.
+    /// let lock = MultiLock::new(LockConfig::builder().node("redis://127.0.0.1:1").build()?);
+    /// let error = lock.try_acquire("job").await.unwrap_err();
+    /// assert!(matches!(error, Error::QuorumNotReached { .. }));
+    /// let failure = error.node_reports().unwrap().errors().next().unwrap();
+    /// // Only a quarantined node says how long it still casts no vote.
+    /// assert_eq!(failure.quarantine_left(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn quarantine_left(&self) -> Option<Duration> {
         self.quarantine_left
     }
 
     /// The node's URL as configured (password elided).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
+    ///
+    /// // Nothing listens on port 1: the one node fails.
+    /// let lock = MultiLock::new(LockConfig::builder().node("redis://127.0.0.1:1").build()?);
+    /// let error = lock.try_acquire("job").await.unwrap_err();
+    /// assert!(matches!(error, Error::QuorumNotReached { .. }));
+    /// let failure = error.node_reports().unwrap().errors().next().unwrap();
+    /// assert_eq!(failure.node(), "redis://127.0.0.1:1");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn node(&self) -> &str {
         &self.node
     }
 
     /// The class of failure.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
+    ///
+    /// // Nothing listens on port 1: the one node fails.
+    /// let lock = MultiLock::new(LockConfig::builder().node("redis://127.0.0.1:1").build()?);
+    /// let error = lock.try_acquire("job").await.unwrap_err();
+    /// assert!(matches!(error, Error::QuorumNotReached { .. }));
+    /// let failure = error.node_reports().unwrap().errors().next().unwrap();
+    /// assert_eq!(failure.kind(), NodeErrorKind::Unreachable);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn kind(&self) -> NodeErrorKind {
         self.kind
     }
 
     /// The underlying message (server reply or I/O error).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
+    ///
+    /// // Nothing listens on port 1: the one node fails.
+    /// let lock = MultiLock::new(LockConfig::builder().node("redis://127.0.0.1:1").build()?);
+    /// let error = lock.try_acquire("job").await.unwrap_err();
+    /// assert!(matches!(error, Error::QuorumNotReached { .. }));
+    /// let failure = error.node_reports().unwrap().errors().next().unwrap();
+    /// assert!(!failure.detail().is_empty(), "what the client library said");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn detail(&self) -> &str {
         &self.detail
     }
 }
 
 /// What one node said during an attempt.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let holder = lock.try_acquire("stock:1").await?;
+/// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+/// let reports = refused.node_reports().expect("contention reports each node");
+/// assert!(reports.iter().any(|r| matches!(r.outcome, NodeOutcome::HeldByOther { .. })));
+/// holder.release().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NodeOutcome {
@@ -284,6 +405,24 @@ pub enum NodeOutcome {
 }
 
 /// One node's outcome in an attempt.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let holder = lock.try_acquire("stock:1").await?;
+/// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+/// let reports = refused.node_reports().expect("contention reports each node");
+/// for report in reports {
+///     println!("{}: {:?}", report.node, report.outcome);
+/// }
+/// holder.release().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeReport {
     /// The node's URL.
@@ -294,6 +433,23 @@ pub struct NodeReport {
 
 /// The per-node outcomes of one attempt, in configuration order, printed
 /// one node after another.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let holder = lock.try_acquire("stock:1").await?;
+/// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+/// let reports = refused.node_reports().expect("contention reports each node");
+/// println!("{reports}"); // one line per node
+/// assert_eq!(reports.len(), 3);
+/// holder.release().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeReports(Vec<NodeReport>);
 
@@ -336,26 +492,106 @@ impl NodeReports {
     }
 
     /// Each node's report, in configuration order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let holder = lock.try_acquire("stock:1").await?;
+    /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+    /// let reports = refused.node_reports().expect("contention reports each node");
+    /// assert_eq!(reports.iter().count(), 3);
+    /// holder.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn iter(&self) -> std::slice::Iter<'_, NodeReport> {
         self.0.iter()
     }
 
     /// The reports as a slice, in configuration order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let holder = lock.try_acquire("stock:1").await?;
+    /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+    /// let reports = refused.node_reports().expect("contention reports each node");
+    /// assert_eq!(reports.as_slice()[0].node, testbed.urls()[0]);
+    /// holder.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn as_slice(&self) -> &[NodeReport] {
         &self.0
     }
 
     /// How many nodes are reported.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let holder = lock.try_acquire("stock:1").await?;
+    /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+    /// let reports = refused.node_reports().expect("contention reports each node");
+    /// assert_eq!(reports.len(), 3);
+    /// holder.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
     /// Whether no node is reported.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let holder = lock.try_acquire("stock:1").await?;
+    /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+    /// let reports = refused.node_reports().expect("contention reports each node");
+    /// assert!(!reports.is_empty());
+    /// holder.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The failures among the outcomes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let holder = lock.try_acquire("stock:1").await?;
+    /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+    /// let reports = refused.node_reports().expect("contention reports each node");
+    /// assert_eq!(reports.errors().count(), 0, "contention, not failure");
+    /// holder.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn errors(&self) -> impl Iterator<Item = &NodeError> {
         self.0.iter().filter_map(|r| match &r.outcome {
             NodeOutcome::Failed(e) => Some(e),
@@ -383,6 +619,22 @@ impl IntoIterator for NodeReports {
 }
 
 /// Why a guard no longer holds its lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{LockConfig, LostReason, MultiLock};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+/// let guard = lock.try_acquire("nightly").await?;
+/// lock.force_release("nightly").await;
+/// let notice = guard.lost().await;
+/// assert_eq!(notice.reason, LostReason::ForceReleased);
+/// println!("lost: {}", notice.reason);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -426,6 +678,29 @@ impl fmt::Display for LostReason {
 }
 
 /// Errors of lock operations.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use quorumlock::{Error, LockConfig, MultiLock, Wait};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let holder = lock.try_acquire("invoice:9").await?;
+/// match lock.acquire("invoice:9", Wait::up_to(Duration::from_millis(50))).await {
+///     Ok(_) => unreachable!("held by the first guard"),
+///     Err(Error::WaitBudgetExhausted { attempts, last, .. }) => {
+///         assert!(attempts >= 1);
+///         assert!(matches!(*last, Error::Contended { .. }));
+///     }
+///     Err(Error::QuorumNotReached { .. }) => { /* too few nodes answered: retry later */ }
+///     Err(other) => return Err(other.into()),
+/// }
+/// holder.release().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -582,6 +857,22 @@ impl Error {
 
     /// The per-node outcomes, for errors that have them (looking through
     /// [`Error::WaitBudgetExhausted`] to its last attempt).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let holder = lock.try_acquire("stock:1").await?;
+    /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
+    /// let reports = refused.node_reports().expect("contention reports each node");
+    /// assert_eq!(reports.len(), 3);
+    /// holder.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn node_reports(&self) -> Option<&NodeReports> {
         match self {
             Error::Contended { nodes, .. }

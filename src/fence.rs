@@ -10,8 +10,8 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let testbed = quorumlock_testbed::Testbed::start(3)?;
-//! # let resource_server = quorumlock_testbed::Testbed::start(1)?;
+//! let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+//! let resource_server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
 //! use quorumlock::{LockConfig, MultiLock};
 //! use quorumlock::fenced::{FencedResource, Write};
 //!
@@ -182,7 +182,7 @@ impl HeldLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use quorumlock::{LockConfig, MultiLock};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);

@@ -10,7 +10,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let server = quorumlock_testbed::Testbed::start(1)?;
+//! let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
 //! use quorumlock::fenced::{FencedResource, Write};
 //!
 //! let resource = FencedResource::open(&server.urls()[0], "report").await?;
@@ -52,6 +52,20 @@ return {1, redis.call('HGET', KEYS[1], 'value')}
 ";
 
 /// The outcome of [`FencedResource::read_fenced`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::fenced::{FencedResource, Read, Write};
+///
+/// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+/// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+/// ledger.write(9, "v9").await?;
+/// assert_eq!(ledger.read_fenced(9).await?, Read::Value(Some("v9".into())));
+/// assert_eq!(ledger.read_fenced(8).await?, Read::Rejected { last: 9 });
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Read {
@@ -66,6 +80,19 @@ pub enum Read {
 }
 
 /// The outcome of [`FencedResource::write`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::fenced::{FencedResource, Read, Write};
+///
+/// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+/// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+/// assert_eq!(ledger.write(5, "new").await?, Write::Accepted);
+/// assert_eq!(ledger.write(4, "stale").await?, Write::Rejected { last: 5 });
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Write {
@@ -79,6 +106,20 @@ pub enum Write {
 }
 
 /// A value on a Redis server that only fenced writes can change.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::fenced::{FencedResource, Read, Write};
+///
+/// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+/// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+/// // Each holder writes with its fencing token; a stale holder is refused.
+/// assert_eq!(ledger.write(12, "from holder 12").await?, Write::Accepted);
+/// assert!(matches!(ledger.write(11, "from a paused holder").await?, Write::Rejected { .. }));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct FencedResource {
     conn: MultiplexedConnection,
@@ -99,7 +140,7 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
     /// use quorumlock::fenced::FencedResource;
     ///
     /// // A server of its own, not one of the lock's nodes.
@@ -124,6 +165,23 @@ impl FencedResource {
 
     /// Uses the hash `key` over an existing connection (it is cloned per
     /// call, so one connection can serve many resources).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::fenced::{FencedResource, Write};
+    ///
+    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+    /// let conn = quorumlock::redis::Client::open(server.urls()[0].as_str())?
+    ///     .get_multiplexed_async_connection()
+    ///     .await?;
+    /// let orders = FencedResource::with_connection(conn.clone(), "orders");
+    /// let stock = FencedResource::with_connection(conn, "stock");
+    /// assert_eq!(orders.write(1, "o").await?, Write::Accepted);
+    /// assert_eq!(stock.write(1, "s").await?, Write::Accepted);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_connection(conn: MultiplexedConnection, key: &str) -> FencedResource {
         FencedResource {
             conn,
@@ -136,7 +194,7 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
     /// use quorumlock::fenced::{FencedResource, Write};
     ///
     /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
@@ -169,7 +227,7 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
     /// use quorumlock::fenced::{FencedResource, Read, Write};
     ///
     /// let counter = FencedResource::open(&server.urls()[0], "counter").await?;
@@ -230,7 +288,7 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
     /// use quorumlock::fenced::FencedResource;
     ///
     /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;

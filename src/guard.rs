@@ -64,7 +64,7 @@ impl Services {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock};
 ///
@@ -99,11 +99,39 @@ impl fmt::Debug for HeldLock {
 impl HeldLock {
     /// The lock name; for a lock on several names, the first of them in
     /// sorted order (see [`keys`](Self::keys)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire_all(&["b", "a"]).await?;
+    /// assert_eq!(guard.key(), "a", "the first in sorted order");
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn key(&self) -> &str {
         self.lease.entry.keys.first()
     }
 
     /// Every lock name this hold covers, sorted (one for a plain lock).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire_all(&["b", "a"]).await?;
+    /// assert_eq!(guard.keys().collect::<Vec<_>>(), ["a", "b"]);
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
         self.lease.entry.keys.names().iter().map(|n| &**n)
     }
@@ -111,6 +139,21 @@ impl HeldLock {
     /// This holder's owner token (32 hex digits: a UUID v4, 122 random
     /// bits), stored under the key on every node it holds. Holds of one
     /// [`owner`](Self::owner) share it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// assert_eq!(guard.token(), guard.owner().token());
+    /// assert_eq!(guard.token().len(), 32);
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn token(&self) -> &str {
         &self.lease.entry.token
     }
@@ -118,6 +161,22 @@ impl HeldLock {
     /// Who holds this lock: pass it to code (or, as its token, to another
     /// process) that should re-enter the lock as the same holder with
     /// [`MultiLock::acquire_as`](crate::MultiLock::acquire_as).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// // The owner re-enters from anywhere it is passed to.
+    /// let again = lock.acquire_as(&guard.owner(), "job", quorumlock::Wait::NONE).await?;
+    /// again.release().await;
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn owner(&self) -> Owner {
         Owner::from_shared(Arc::clone(&self.lease.entry.token))
     }
@@ -126,27 +185,106 @@ impl HeldLock {
     /// released and the validity deadline has not passed. Derived from the
     /// same deadline as [`validity`](Self::validity) and
     /// [`lost`](Self::lost), so they never disagree.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// assert!(guard.is_held());
+    /// let held = guard.handle();
+    /// guard.release().await;
+    /// assert!(!held.is_held());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_held(&self) -> bool {
         self.lease.is_held()
     }
 
     /// Time left until the validity deadline (zero once it has passed).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let config = LockConfig::builder().nodes(testbed.urls()).ttl(Duration::from_secs(10)).build()?;
+    /// let lock = MultiLock::new(config);
+    /// let guard = lock.try_acquire("job").await?;
+    /// // TTL minus the acquire's time minus the drift allowance.
+    /// assert!(guard.validity() > Duration::from_secs(9) && guard.validity() < Duration::from_secs(10));
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn validity(&self) -> Duration {
         self.lease.deadline().remaining()
     }
 
     /// The validity deadline on the deadline clock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// assert_eq!(guard.deadline().remaining().as_secs(), guard.validity().as_secs());
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn deadline(&self) -> Stamp {
         self.lease.deadline()
     }
 
     /// Whether the watchdog renews this lock (see [`crate::watchdog`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// assert!(guard.is_watched());
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_watched(&self) -> bool {
         self.lease.watched
     }
 
     /// Each node's URL with whether the lock holds it now, in configuration
     /// order, as of the last acquire, extend or renewal.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// use quorumlock::Hold;
+    /// let guard = lock.try_acquire("job").await?;
+    /// for (node, hold) in guard.nodes() {
+    ///     println!("{node}: {hold:?}");
+    /// }
+    /// assert!(guard.nodes().filter(|(_, h)| *h == Hold::Held).count() >= 2);
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&str, Hold)> {
         self.services
             .core
@@ -157,6 +295,20 @@ impl HeldLock {
     }
 
     /// The nodes that confirmed our token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// assert!(guard.held_nodes().count() >= 2, "at least the quorum");
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn held_nodes(&self) -> impl Iterator<Item = &str> {
         self.nodes()
             .filter(|(_, h)| *h == Hold::Held)
@@ -164,6 +316,20 @@ impl HeldLock {
     }
 
     /// The last successful watchdog renewal, if any.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// assert!(guard.last_renewal().is_none(), "no renewal yet");
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn last_renewal(&self) -> Option<Renewal> {
         self.lease.last_renewal()
     }
@@ -182,6 +348,21 @@ impl HeldLock {
     ///
     /// The future only observes; drop it at any time. It does not borrow
     /// the lock, so it can be selected against the work.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, LostReason, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// let lost = guard.lost();
+    /// lock.force_release("job").await;
+    /// assert_eq!(lost.await.reason, LostReason::ForceReleased);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = LossNotice> + Send + 'static {
         self.lease.lost()
     }
@@ -193,6 +374,27 @@ impl HeldLock {
     /// starts a small task that watches the deadline (needs a Tokio
     /// runtime; outside one, only [`lost`](Self::lost) and
     /// [`LockGuard::extend`] notice the loss).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// let token = guard.cancellation_token();
+    /// let work = tokio::spawn(async move {
+    ///     tokio::select! {
+    ///         () = token.cancelled() => "stopped: the lock is gone",
+    ///         () = std::future::ready(()) => "done",
+    ///     }
+    /// });
+    /// assert_eq!(work.await?, "done");
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
         self.lease.cancellation_token()
     }
@@ -219,7 +421,7 @@ impl HeldLock {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock};
 ///
@@ -278,6 +480,21 @@ impl LockGuard {
     }
 
     /// A cloneable read-only view of this lock for the work it protects.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// let held = guard.handle();
+    /// tokio::spawn(async move { assert!(held.is_held()) }).await?;
+    /// guard.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn handle(&self) -> HeldLock {
         self.held.clone()
     }
@@ -304,7 +521,7 @@ impl LockGuard {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock};
     ///
@@ -404,7 +621,7 @@ impl LockGuard {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use quorumlock::{LockConfig, MultiLock};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);

@@ -40,6 +40,22 @@ use crate::telemetry;
 
 /// Whether a guard holds its key on one node, as of the last acquire,
 /// extend or renewal.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// use quorumlock::Hold;
+/// let guard = lock.try_acquire("job").await?;
+/// let held = guard.nodes().filter(|(_, h)| *h == Hold::Held).count();
+/// assert!(held >= 2);
+/// guard.release().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Hold {
@@ -69,6 +85,22 @@ impl Hold {
 
 /// Why and when a held lock stopped being provably ours. Returned by
 /// [`HeldLock::lost`](crate::HeldLock::lost) (also on a [`LockGuard`](crate::LockGuard)).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{LockConfig, LostReason, MultiLock};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+/// let guard = lock.try_acquire("job").await?;
+/// lock.force_release("job").await;
+/// let notice = guard.lost().await;
+/// assert_eq!(notice.reason, LostReason::ForceReleased);
+/// assert!(notice.at <= notice.deadline, "signalled before the deadline");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LossNotice {
@@ -83,6 +115,36 @@ pub struct LossNotice {
 }
 
 /// The last successful watchdog renewal of a guard.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let config = LockConfig::builder()
+///     .nodes(testbed.urls())
+///     .ttl(Duration::from_secs(1))
+///     .watchdog(true)
+///     .build()?;
+/// let lock = MultiLock::new(config);
+/// let guard = lock.try_acquire("job").await?;
+/// // Renewed every third of the TTL.
+/// let mut renewal = None;
+/// for _ in 0..100 {
+///     renewal = guard.last_renewal();
+///     if renewal.is_some() {
+///         break;
+///     }
+///     tokio::time::sleep(Duration::from_millis(50)).await;
+/// }
+/// let renewal = renewal.expect("renewed within 5 s");
+/// assert!(renewal.held >= 2);
+/// guard.release().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Renewal {

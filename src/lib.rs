@@ -41,7 +41,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let testbed = quorumlock_testbed::Testbed::start(5)?;
+//! let testbed = quorumlock_testbed::Testbed::start(5)?; // 5 local redis-servers
 //! use std::time::Duration;
 //! use quorumlock::{Error, LockConfig, MultiLock, Quorum, Wait};
 //!
@@ -63,6 +63,12 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! The examples run as they are: each starts its own local
+//! `redis-server` processes with `quorumlock_testbed::Testbed::start(n)`, the
+//! repository's test harness (a workspace crate, not published). In your
+//! code, give the URLs of your nodes instead (`testbed.urls()` is a
+//! `Vec<String>` of `redis://127.0.0.1:<port>` URLs).
 //!
 //! # Safety
 //!

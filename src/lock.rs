@@ -38,8 +38,8 @@ use crate::wake::Woken;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
-/// # let urls = testbed.urls();
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let urls = testbed.urls();
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock, Wait};
 ///
@@ -79,6 +79,21 @@ impl MultiLock {
     /// without that node does not send to it at all (a request that has not
     /// left cannot be ordered before its release); the guard then reports
     /// the node as [`Hold::Unknown`](crate::Hold::Unknown).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// // Clones share the connections, the watchdog and the counters.
+    /// let shared = lock.clone();
+    /// shared.try_acquire("job").await?.release().await;
+    /// assert_eq!(lock.stats().acquired, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(config: LockConfig) -> MultiLock {
         let lock = MultiLock {
             services: Arc::new(Services::new(Core::new(config))),
@@ -94,6 +109,17 @@ impl MultiLock {
     }
 
     /// The settings this lock runs with.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().node("redis://127.0.0.1:6379").ttl(Duration::from_secs(5)).build()?);
+    /// assert_eq!(lock.config().ttl(), Duration::from_secs(5));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn config(&self) -> &LockConfig {
         &self.services.core.config
     }
@@ -101,6 +127,22 @@ impl MultiLock {
     /// The counters since this lock was created: attempts and their
     /// outcomes, extends, losses, releases, and each node's errors and
     /// timeouts. See [`LockStats`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let guard = lock.try_acquire("job").await?;
+    /// assert!(lock.try_acquire("job").await.is_err());
+    /// guard.release().await;
+    /// let stats = lock.stats();
+    /// assert_eq!((stats.attempts, stats.acquired, stats.contended), (2, 1, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn stats(&self) -> LockStats {
         self.services.core.stats()
     }
@@ -111,7 +153,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use quorumlock::{LockConfig, MultiLock};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
@@ -162,7 +204,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start_unadopted(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start_unadopted(3)?; // 3 local redis-servers
     /// use quorumlock::{LockConfig, MultiLock};
     ///
     /// // Three servers just started for a new deployment.
@@ -198,7 +240,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use quorumlock::{LockConfig, LostReason, MultiLock};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
@@ -242,7 +284,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use std::time::Duration;
     /// use quorumlock::{GuardOptions, LockConfig, MultiLock};
     ///
@@ -276,7 +318,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use std::time::Duration;
     /// use quorumlock::{GuardOptions, LockConfig, MultiLock, Wait};
     ///
@@ -315,7 +357,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use quorumlock::{Error, LockConfig, MultiLock};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
@@ -352,7 +394,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use std::time::Duration;
     /// use quorumlock::{Error, LockConfig, MultiLock, Wait};
     ///
@@ -391,7 +433,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use quorumlock::{Error, LockConfig, MultiLock};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
@@ -418,7 +460,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock, Wait};
     ///
@@ -457,7 +499,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock, Owner, Wait};
     ///
@@ -495,7 +537,7 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock, Owner, Wait};
     ///

@@ -40,6 +40,11 @@ pub struct Owner {
 
 impl Owner {
     /// A new owner: a UUID v4 (122 random bits from the OS).
+    ///
+    /// ```
+    /// let owner = quorumlock::Owner::new();
+    /// assert_ne!(owner, quorumlock::Owner::new(), "every owner is new");
+    /// ```
     pub fn new() -> Owner {
         let mut buf = uuid::Uuid::encode_buffer();
         Owner {
@@ -52,6 +57,14 @@ impl Owner {
     /// hex digits. Anything else is [`Error::InvalidOwner`]: a token chosen
     /// by hand could be shared by accident, and two holders sharing a token
     /// would not exclude each other.
+    ///
+    /// ```
+    /// use quorumlock::Owner;
+    /// let owner = Owner::new();
+    /// assert_eq!(Owner::from_token(owner.token())?, owner);
+    /// assert!(Owner::from_token("not-a-token").is_err());
+    /// # Ok::<(), quorumlock::Error>(())
+    /// ```
     pub fn from_token(token: &str) -> Result<Owner, Error> {
         let hex = token.len() == 32
             && token
@@ -69,6 +82,12 @@ impl Owner {
     }
 
     /// The owner token as stored on the nodes.
+    ///
+    /// ```
+    /// let owner = quorumlock::Owner::new();
+    /// assert_eq!(owner.token().len(), 32);
+    /// assert!(owner.token().chars().all(|c| c.is_ascii_hexdigit()));
+    /// ```
     pub fn token(&self) -> &str {
         &self.token
     }

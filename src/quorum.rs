@@ -30,6 +30,13 @@ pub enum Quorum {
 
 impl Quorum {
     /// The number of successes this policy needs out of `nodes`.
+    ///
+    /// ```
+    /// use quorumlock::Quorum;
+    /// assert_eq!(Quorum::Majority.required(5), 3);
+    /// assert_eq!(Quorum::All.required(5), 5);
+    /// assert_eq!(Quorum::AtLeast(4).required(5), 4);
+    /// ```
     pub fn required(self, nodes: usize) -> usize {
         match self {
             Quorum::Majority => nodes / 2 + 1,

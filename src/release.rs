@@ -24,6 +24,20 @@ use crate::stats::bump;
 use crate::wake::{Handoff, HandoffEvent, Wake};
 
 /// What [`LockGuard::release`](crate::LockGuard::release) did on the nodes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let report = lock.try_acquire("job").await?.release().await;
+/// assert!(report.was_held);
+/// assert!(report.released >= 2 && report.failed.is_empty());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReleaseReport {

@@ -46,45 +46,97 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Stop after this many attempts even if wait budget is left (at least 1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// let retry = RetryPolicy::default().with_max_attempts(5);
+    /// assert_eq!(retry.max_attempts(), Some(5));
+    /// ```
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts);
         self
     }
 
     /// The pause after the first failed attempt (above zero).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// let retry = RetryPolicy::default().with_base_delay(Duration::from_millis(2));
+    /// assert_eq!(retry.base_delay(), Duration::from_millis(2));
+    /// ```
     pub fn with_base_delay(mut self, delay: Duration) -> Self {
         self.base_delay = delay;
         self
     }
 
     /// The longest pause between two attempts (at least `base_delay`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// let retry = RetryPolicy::default().with_max_delay(Duration::from_millis(500));
+    /// assert_eq!(retry.max_delay(), Duration::from_millis(500));
+    /// ```
     pub fn with_max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self
     }
 
     /// The share of each pause that is randomised, from 0 (none) to 1 (all).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// let retry = RetryPolicy::default().with_jitter(1.0);
+    /// assert_eq!(retry.jitter(), 1.0);
+    /// ```
     pub fn with_jitter(mut self, jitter: f64) -> Self {
         self.jitter = jitter;
         self
     }
 
     /// The attempt limit, if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// assert_eq!(RetryPolicy::default().max_attempts(), None, "the wait budget decides");
+    /// ```
     pub fn max_attempts(&self) -> Option<u32> {
         self.max_attempts
     }
 
     /// The pause after the first failed attempt.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// assert_eq!(RetryPolicy::default().base_delay(), Duration::from_millis(10));
+    /// ```
     pub fn base_delay(&self) -> Duration {
         self.base_delay
     }
 
     /// The longest pause.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// assert_eq!(RetryPolicy::default().max_delay(), Duration::from_millis(200));
+    /// ```
     pub fn max_delay(&self) -> Duration {
         self.max_delay
     }
 
     /// The randomised share of each pause.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::RetryPolicy;
+    /// assert_eq!(RetryPolicy::default().jitter(), 0.5);
+    /// ```
     pub fn jitter(&self) -> f64 {
         self.jitter
     }

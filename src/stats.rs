@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 /// use quorumlock::{LockConfig, MultiLock};
 ///
 /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
@@ -74,6 +74,21 @@ pub struct LockStats {
 }
 
 /// Failures of one node.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// lock.try_acquire("job").await?.release().await;
+/// for node in lock.stats().nodes {
+///     assert_eq!((node.errors, node.timeouts), (0, 0), "{}", node.node);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NodeStats {

@@ -9,7 +9,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let testbed = quorumlock_testbed::Testbed::start(3)?;
+//! let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 //! use std::time::Duration;
 //! use quorumlock::{LockConfig, MultiLock, Wait};
 //!

@@ -1,0 +1,40 @@
+//! Plain connections to each node for the commands that inspect them
+//! (`status`, `doctor`): the lock's own connections are not reachable from
+//! outside the library, and these send only reads.
+
+use std::time::{Duration, Instant};
+
+use quorumlock::redis::aio::MultiplexedConnection;
+use quorumlock::redis::{self, Client};
+
+/// How long a node may take to connect or to answer one inspection.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A node's connection and how long connecting took, or why it failed.
+pub async fn connect(url: &str) -> Result<(MultiplexedConnection, Duration), String> {
+    let began = Instant::now();
+    let client = Client::open(url).map_err(|e| e.to_string())?;
+    match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
+        Ok(Ok(conn)) => Ok((conn, began.elapsed())),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no connection within {} s", TIMEOUT.as_secs())),
+    }
+}
+
+/// Runs `cmd` on `conn`, bounded by [`TIMEOUT`].
+pub async fn query<T: redis::FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    cmd: &redis::Cmd,
+) -> Result<T, String> {
+    match tokio::time::timeout(TIMEOUT, cmd.query_async::<T>(conn)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {} s", TIMEOUT.as_secs())),
+    }
+}
+
+/// The server's clock in ms, from `TIME`.
+pub async fn server_time_ms(conn: &mut MultiplexedConnection) -> Result<i64, String> {
+    let (secs, micros): (i64, i64) = query(conn, &redis::cmd("TIME")).await?;
+    Ok(secs * 1000 + micros / 1000)
+}

@@ -29,10 +29,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 guard.held_nodes().count(),
                 guard.validity()
             );
-            // ... capture the payment; finish within guard.validity() ...
+            // Larger than every earlier holder's: pass it with every write.
+            let token = guard.fencing_token().await?;
+            // ... capture the payment with `token`; finish within guard.validity() ...
             let report = guard.release().await;
             println!(
-                "released on {} nodes (still held: {})",
+                "token {token}, released on {} nodes (still held: {})",
                 report.released, report.was_held
             );
         }

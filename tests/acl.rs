@@ -1,4 +1,4 @@
-//! The least an ACL user needs: the README's ACL line, given to a user on
+//! The least an ACL user needs: DEPLOYING.md's ACL line, given to a user on
 //! real servers, runs every path (acquire, wait and wake-up, handoff,
 //! re-entry, several names, extend, watchdog renewal, fencing, release)
 //! with no error on any node; each line of it is needed.
@@ -8,7 +8,7 @@ use std::time::Duration;
 use quorumlock::{LockConfig, MultiLock, Wait};
 use quorumlock_testbed::{NodeOptions, Testbed};
 
-/// The README's ACL line, with lock names under `app:` (the library's own
+/// DEPLOYING.md's ACL line, with lock names under `app:` (the library's own
 /// keys and channels are under `quorumlock:`).
 const ACL: &str = "quorumlock on >acl-test-password resetkeys ~app:* ~quorumlock:* \
                    resetchannels &quorumlock:released:* -@all \

@@ -1,5 +1,5 @@
 //! `quorumlock doctor`: checks each node for what the lock's guarantees
-//! assume (see the README's "Deploying" section), one finding per line.
+//! assume (see DEPLOYING.md), one finding per line.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -303,7 +303,7 @@ async fn check_acl(
             Severity::Error,
             "acl",
             format!(
-                "user {user:?} may not run: {} (see the README's least ACL line)",
+                "user {user:?} may not run: {} (see the least ACL line in DEPLOYING.md)",
                 denied.join(", ")
             ),
         );

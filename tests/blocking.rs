@@ -160,7 +160,13 @@ fn re_entry_extend_and_several_names() {
     assert!(inner.release().kept > 0, "the outer hold keeps the key");
     let validity = outer.extend(Duration::from_secs(20)).expect("extend");
     assert!(validity > Duration::from_secs(10));
-    assert!(common::pttl_on(&testbed.nodes()[0], "ledger") > 10_000);
+    // On the quorum that decided the extend (not necessarily node 0).
+    let extended = testbed
+        .nodes()
+        .iter()
+        .filter(|n| common::pttl_on(n, "ledger") > 10_000)
+        .count();
+    assert!(extended >= 2, "extended on {extended} of 3 nodes");
     outer.release();
 
     let both = lock

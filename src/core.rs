@@ -34,7 +34,7 @@ impl Core {
             .enumerate()
             .map(|(i, n)| {
                 Arc::new(Node::new(
-                    n.client.clone(),
+                    n.target.clone(),
                     config.connect_timeout,
                     config.quarantine,
                     n.durable,

@@ -112,6 +112,7 @@ mod fanout;
 pub mod fenced;
 mod node;
 mod scripts;
+mod sentinel;
 // 2 state: a held lock's one owner of mutable state.
 mod lease;
 // 3 services: renewal, wake-ups, giving back.
@@ -127,7 +128,7 @@ mod lock;
 mod scoped;
 
 pub use clock::Stamp;
-pub use config::{LockConfig, LockConfigBuilder};
+pub use config::{LockConfig, LockConfigBuilder, SentinelNode};
 pub use error::{
     ConfigError, Error, LostReason, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports,
 };

@@ -29,12 +29,13 @@ use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
 
-use crate::config::display_name;
+use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
 use crate::keys::{Entry, KeySet};
 use crate::quorum::Vote;
 use crate::scripts::{self, Script};
+use crate::sentinel::connect_master;
 use crate::server_ids::ServerIds;
 use crate::stats::{NodeCounters, bump};
 
@@ -52,7 +53,7 @@ enum Slot {
 /// A node of the lock: one Redis master.
 pub(crate) struct Node {
     name: Arc<str>,
-    client: Client,
+    target: Target,
     connect_timeout: Duration,
     /// The quarantine sent with every vote, in ms (see `scripts/epoch.lua`).
     quarantine_ms: u64,
@@ -185,15 +186,18 @@ impl Node {
     /// A node that votes only after `quarantine` since its data may last
     /// have been lost, unless `durable`; node `index` of `servers`.
     pub(crate) fn new(
-        client: Client,
+        target: Target,
         connect_timeout: Duration,
         quarantine: Duration,
         durable: bool,
         (servers, index): (Arc<ServerIds>, usize),
     ) -> Node {
         Node {
-            name: display_name(client.get_connection_info()).into(),
-            client,
+            name: match &target {
+                Target::Direct(client) => display_name(client.get_connection_info()).into(),
+                Target::Sentinel(group) => format!("redis+sentinel://{}", group.service).into(),
+            },
+            target,
             connect_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
@@ -218,9 +222,26 @@ impl Node {
         )
     }
 
-    /// The client, for connections of other kinds (the wake-up subscriber).
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// The client, for connections of other kinds (the wake-up
+    /// subscriber); `None` for a Sentinel group, whose server moves.
+    pub(crate) fn client(&self) -> Option<&Client> {
+        self.target.direct()
+    }
+
+    /// A new connection to the node's server: the configured one, or the
+    /// master its Sentinel group names now.
+    async fn open(
+        &self,
+        config: &AsyncConnectionConfig,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        match &self.target {
+            Target::Direct(client) => {
+                client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await
+            }
+            Target::Sentinel(group) => connect_master(group, config).await,
+        }
     }
 
     /// Runs the acquire script for every key of the entry.
@@ -732,7 +753,14 @@ impl Node {
         cmd: &Cmd,
     ) -> Result<Value, RedisError> {
         match conn.send_packed_command(cmd).await {
-            Ok(Value::ServerError(e)) => Err(e.into()),
+            Ok(Value::ServerError(e)) => {
+                // A demoted master (a failover): a new connection, which
+                // for a Sentinel node asks the sentinels again.
+                if e.code() == "READONLY" {
+                    self.forget(generation);
+                }
+                Err(e.into())
+            }
             Ok(v) => Ok(v),
             Err(e) => {
                 if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
@@ -770,10 +798,7 @@ impl Node {
                 .set_connection_timeout(Some(node.connect_timeout))
                 .set_response_timeout(None);
             let connect = async {
-                let mut conn = node
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
+                let mut conn = node.open(&config).await?;
                 // Load the scripts before anyone can use the connection, so
                 // that EVALSHA does not meet NOSCRIPT on a fresh server: an
                 // EVAL fallback still pending when a fan-out decides is never
@@ -907,7 +932,7 @@ mod tests {
     #[test]
     fn counters_outside_the_exact_range_are_refused() {
         let node = Node::new(
-            Client::open("redis://127.0.0.1:1").expect("url"),
+            Target::Direct(Client::open("redis://127.0.0.1:1").expect("url")),
             Duration::from_secs(1),
             Duration::from_secs(1),
             false,

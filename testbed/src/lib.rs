@@ -60,6 +60,7 @@ pub mod fakeclock;
 mod node;
 mod options;
 pub mod proxy;
+pub mod sentinel;
 pub mod table;
 mod testbed;
 
@@ -70,6 +71,7 @@ pub use fakeclock::ClockSkew;
 pub use node::RedisNode;
 pub use options::{NodeOptions, Persistence, Restart};
 pub use proxy::{NetFault, Proxy};
+pub use sentinel::SentinelGroup;
 pub use testbed::Testbed;
 
 /// The `redis` crate this testbed is built against, so tests can use

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::LockConfig;
+use crate::config::{LockConfig, Target};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
 use crate::fanout::End;
 use crate::node::Node;
@@ -34,10 +34,16 @@ impl Core {
             .iter()
             .enumerate()
             .map(|(i, n)| {
+                let quarantine = match &n.target {
+                    Target::Sentinel(group) if !config.quarantine.is_zero() => {
+                        config.quarantine + group.extra_quarantine()
+                    }
+                    _ => config.quarantine,
+                };
                 Arc::new(Node::new(
-                    n.client.clone(),
+                    n.target.clone(),
                     config.connect_timeout,
-                    config.quarantine,
+                    quarantine,
                     n.durable,
                     (Arc::clone(&servers), i),
                 ))

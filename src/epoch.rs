@@ -20,6 +20,14 @@ use crate::scripts;
 /// What `INFO server` and `INFO replication` say about a server's history.
 pub(crate) struct ServerHistory {
     pub(crate) run_id: String,
+    /// `master_replid2`: zeros for a master never promoted since it
+    /// started, else the replication id it had as a replica when it was
+    /// last promoted. A server demoted to a replica (keeping its data and
+    /// our marker through a partial resync) and promoted again may have
+    /// missed writes meanwhile; its new `master_replid2` tells. (Not
+    /// `master_replid`: a master takes a new one when its first replica
+    /// attaches.)
+    pub(crate) replid: String,
     /// How far back its data is known complete: the uptime of a master
     /// never promoted (it lost nothing since it started), else zero.
     pub(crate) complete_for: Duration,
@@ -50,6 +58,9 @@ impl ServerHistory {
         let run_id = field(server, "run_id")
             .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()))
             .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        let replid = field(replication, "master_replid2")
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()))
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         let uptime = field(server, "uptime_in_seconds").and_then(|s| s.parse::<u64>().ok());
         let master = field(replication, "role").as_deref() == Some("master");
         // A promotion gives a master a second replication id.
@@ -61,8 +72,16 @@ impl ServerHistory {
         };
         ServerHistory {
             run_id,
+            replid,
             complete_for,
         }
+    }
+
+    /// Whose data the epoch marker vouches for: this server process since
+    /// its last promotion (`run_id:master_replid2`). A marker written under
+    /// another is replaced by a new epoch.
+    pub(crate) fn identity(&self) -> String {
+        format!("{}:{}", self.run_id, self.replid)
     }
 }
 
@@ -71,13 +90,14 @@ impl ServerHistory {
 pub(crate) async fn check_epoch(
     conn: &mut MultiplexedConnection,
     durable: bool,
+    flagged: bool,
 ) -> Result<String, RedisError> {
     let history = ServerHistory::read(conn).await?;
     let backdate = u64::try_from(history.complete_for.as_millis()).unwrap_or(u64::MAX);
     let _: Value = redis::cmd("EVAL")
-        .arg(scripts::EPOCH_CHECK.body)
+        .arg(scripts::EPOCH_CHECK.body(flagged))
         .arg(0)
-        .arg(&history.run_id)
+        .arg(history.identity())
         .arg(backdate)
         .arg(u8::from(durable))
         .query_async(conn)
@@ -96,6 +116,15 @@ mod tests {
             format!("# Server\r\nrun_id:d6bd7b06a87d842a1099\r\nuptime_in_seconds:{uptime}\r\n");
         let replication = format!("# Replication\r\nrole:{role}\r\nmaster_replid2:{replid2}\r\n");
         ServerHistory::parse(&server, &replication)
+    }
+
+    #[test]
+    fn the_identity_changes_with_a_promotion_not_with_a_replica() {
+        let never = history("master", ZEROS, "3600");
+        assert_eq!(never.identity(), format!("d6bd7b06a87d842a1099:{ZEROS}"));
+        // Promoted (again): the replication id it had as a replica.
+        let promoted = history("master", "0ad8dc904e714fcc46ab99cec0d5b766149a09f0", "3600");
+        assert_ne!(promoted.identity(), never.identity());
     }
 
     #[test]

@@ -36,6 +36,12 @@ pub enum ConfigError {
         /// The URL, its password replaced by `***`.
         url: String,
     },
+    /// A Sentinel node with no sentinel to ask.
+    #[error("`nodes`: the Sentinel group {service:?} has no sentinels")]
+    NoSentinels {
+        /// The master group's name.
+        service: String,
+    },
     /// `nodes` is empty.
     #[error("`nodes` is empty: a lock needs at least one Redis node")]
     NoNodes,

@@ -96,6 +96,12 @@
 //! in the same script call as each vote, and fencing counters carry the
 //! node's epoch, so a counter that went back is never trusted.
 //!
+//! A node may also be a Sentinel-managed master group
+//! ([`LockConfigBuilder::sentinel_node`]): the lock follows its failovers,
+//! and asks of its masters that they refuse writes once cut off from their
+//! replicas, so that a failover that leaves two masters never lets both
+//! vote (see [`SentinelNode`]).
+//!
 //! # Cargo features
 //!
 //! * `tls-rustls`: `rediss://` nodes over rustls (the platform's and the
@@ -180,6 +186,7 @@ mod fanout;
 pub mod fenced;
 mod node;
 mod scripts;
+mod sentinel;
 // 2 state: a held lock's one owner of mutable state.
 mod lease;
 // 3 services: renewal, wake-ups, giving back.
@@ -199,7 +206,7 @@ mod scoped;
 pub mod blocking;
 
 pub use clock::Stamp;
-pub use config::{GuardOptions, LockConfig, LockConfigBuilder};
+pub use config::{GuardOptions, LockConfig, LockConfigBuilder, SentinelNode};
 pub use error::{
     ConfigError, Error, LostReason, NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports,
 };

@@ -29,12 +29,13 @@ use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
 
-use crate::config::display_name;
+use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
 use crate::keys::{Entry, KeySet};
 use crate::quorum::Vote;
 use crate::scripts::{self, Script};
+use crate::sentinel::connect_master;
 use crate::server_ids::ServerIds;
 use crate::stats::{NodeCounters, bump};
 use crate::telemetry;
@@ -106,12 +107,15 @@ const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 /// A node of the lock: one Redis master.
 pub(crate) struct Node {
     name: Arc<str>,
-    client: Client,
+    target: Target,
     connect_timeout: Duration,
     /// The quarantine sent with every vote, in ms (see `scripts/epoch.lua`).
     quarantine_ms: u64,
     /// Declared durable: no quarantine, and its epoch survives restarts.
     durable: bool,
+    /// Sends every script flagged as a write (`#!lua`): a Sentinel node,
+    /// whose masters refuse writes once cut off from their replicas.
+    flagged: bool,
     slot: Mutex<Slot>,
     /// The wait after the next failed connect, in µs (0: none failed).
     connect_backoff_us: AtomicU64,
@@ -242,15 +246,19 @@ impl Node {
     /// A node that votes only after `quarantine` since its data may last
     /// have been lost, unless `durable`; node `index` of `servers`.
     pub(crate) fn new(
-        client: Client,
+        target: Target,
         connect_timeout: Duration,
         quarantine: Duration,
         durable: bool,
         (servers, index): (Arc<ServerIds>, usize),
     ) -> Node {
         Node {
-            name: display_name(client.get_connection_info()).into(),
-            client,
+            flagged: matches!(target, Target::Sentinel(_)),
+            name: match &target {
+                Target::Direct(client) => display_name(client.get_connection_info()).into(),
+                Target::Sentinel(group) => format!("redis+sentinel://{}", group.service).into(),
+            },
+            target,
             connect_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
@@ -277,9 +285,26 @@ impl Node {
         )
     }
 
-    /// The client, for connections of other kinds (the wake-up subscriber).
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// The client, for connections of other kinds (the wake-up
+    /// subscriber); `None` for a Sentinel group, whose server moves.
+    pub(crate) fn client(&self) -> Option<&Client> {
+        self.target.direct()
+    }
+
+    /// A new connection to the node's server: the configured one, or the
+    /// master its Sentinel group names now.
+    async fn open(
+        &self,
+        config: &AsyncConnectionConfig,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        match &self.target {
+            Target::Direct(client) => {
+                client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await
+            }
+            Target::Sentinel(group) => connect_master(group, config).await,
+        }
     }
 
     /// Runs the acquire script for every key of the entry.
@@ -695,12 +720,20 @@ impl Node {
         self.counted(self.reconnecting(resend, |conn, generation| async move {
             let mut conn = conn;
             match self
-                .send(&mut conn, generation, &build("EVALSHA", &script.sha))
+                .send(
+                    &mut conn,
+                    generation,
+                    &build("EVALSHA", script.sha(self.flagged)),
+                )
                 .await
             {
                 Err(e) if e.code() == Some("NOSCRIPT") => {
-                    self.send(&mut conn, generation, &build("EVAL", script.body))
-                        .await
+                    self.send(
+                        &mut conn,
+                        generation,
+                        &build("EVAL", script.body(self.flagged)),
+                    )
+                    .await
                 }
                 result => result,
             }
@@ -734,13 +767,13 @@ impl Node {
         let history = ServerHistory::read(&mut conn)
             .await
             .map_err(|e| self.error(&e))?;
-        let run_id = history.run_id;
+        let identity = history.identity();
         let reply = self
             .query(|| {
                 let mut cmd = redis::cmd("EVAL");
-                cmd.arg(scripts::ADOPT.body)
+                cmd.arg(scripts::ADOPT.body(self.flagged))
                     .arg(0)
-                    .arg(&run_id)
+                    .arg(&identity)
                     .arg(u8::from(self.durable));
                 cmd
             })
@@ -831,7 +864,18 @@ impl Node {
             self.liveness().answered(generation);
         }
         match result {
-            Ok(Value::ServerError(e)) => Err(e.into()),
+            Ok(Value::ServerError(e)) => {
+                // A demoted master (a failover), or one that lost its
+                // replicas: it refuses every script of ours before running
+                // it (all are write scripts), so nothing queued behind
+                // this reply can write either, and a new connection (which
+                // for a Sentinel node asks the sentinels again) cannot be
+                // overtaken.
+                if matches!(e.code(), "READONLY" | "NOREPLICAS") {
+                    self.forget(generation);
+                }
+                Err(e.into())
+            }
             Ok(v) => Ok(v),
             Err(e) => {
                 if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
@@ -914,17 +958,17 @@ impl Node {
                 .set_connection_timeout(Some(node.connect_timeout))
                 .set_response_timeout(None);
             let connect = async {
-                let mut conn = node
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
+                let mut conn = node.open(&config).await?;
                 // Load the scripts before anyone can use the connection, so
                 // that EVALSHA does not meet NOSCRIPT on a fresh server: an
                 // EVAL fallback still pending when a fan-out decides is never
                 // sent, which would leave that node out of the guard.
                 let mut load = redis::pipe();
                 for script in scripts::all() {
-                    load.cmd("SCRIPT").arg("LOAD").arg(script.body).ignore();
+                    load.cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script.body(node.flagged))
+                        .ignore();
                 }
                 if let Err(e) = load.exec_async(&mut conn).await {
                     // Not fatal: EVALSHA falls back to EVAL per call.
@@ -933,7 +977,7 @@ impl Node {
                 // Before any vote on this connection: the epoch marker must
                 // belong to this server process (fatal: a node that cannot
                 // be dated must not vote).
-                let run_id = check_epoch(&mut conn, node.durable).await?;
+                let run_id = check_epoch(&mut conn, node.durable, node.flagged).await?;
                 node.servers.identify(node.index, &node.name, &run_id);
                 Ok::<_, RedisError>(conn)
             };
@@ -1081,7 +1125,7 @@ mod tests {
     #[test]
     fn counters_outside_the_exact_range_are_refused() {
         let node = Node::new(
-            Client::open("redis://127.0.0.1:1").expect("url"),
+            Target::Direct(Client::open("redis://127.0.0.1:1").expect("url")),
             Duration::from_secs(1),
             Duration::from_secs(1),
             false,

@@ -9,16 +9,46 @@
 use std::sync::LazyLock;
 
 /// A Lua script with its SHA1, sent by `EVALSHA` with an `EVAL` fallback.
+///
+/// Each script also exists *flagged*: with a `#!lua` first line (Redis 7),
+/// which declares it a write script, so that a master that cannot take
+/// writes refuses it before running it, also when this call would only
+/// read. Sentinel nodes send the flagged form: a master cut off from its
+/// replicas longer than `min-replicas-max-lag` then answers `NOREPLICAS`
+/// to everything, votes and reads alike (see [`crate::sentinel`]).
 pub(crate) struct Script {
-    pub(crate) body: &'static str,
-    pub(crate) sha: String,
+    body: &'static str,
+    sha: String,
+    flagged_body: String,
+    flagged_sha: String,
 }
 
 impl Script {
     fn new(body: &'static str) -> Script {
+        let flagged_body = format!("#!lua\n{body}");
         Script {
             body,
             sha: sha1_smol::Sha1::from(body).digest().to_string(),
+            flagged_sha: sha1_smol::Sha1::from(&flagged_body).digest().to_string(),
+            flagged_body,
+        }
+    }
+
+    /// The source to send, flagged or not.
+    pub(crate) fn body(&self, flagged: bool) -> &str {
+        if flagged {
+            &self.flagged_body
+        } else {
+            self.body
+        }
+    }
+
+    /// Its SHA1, for `EVALSHA`.
+    pub(crate) fn sha(&self, flagged: bool) -> &str {
+        if flagged {
+            &self.flagged_sha
+        } else {
+            &self.sha
         }
     }
 }
@@ -111,9 +141,11 @@ mod tests {
     fn sha_matches_redis_script_load() {
         // `SCRIPT LOAD "return 1"` answers this SHA1.
         assert_eq!(
-            Script::new("return 1").sha,
+            Script::new("return 1").sha(false),
             "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
         );
-        assert_ne!(ACQUIRE.sha, RELEASE.sha);
+        assert_ne!(ACQUIRE.sha(false), RELEASE.sha(false));
+        assert_ne!(ACQUIRE.sha(false), ACQUIRE.sha(true));
+        assert!(ACQUIRE.body(true).starts_with("#!lua\n"));
     }
 }

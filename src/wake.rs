@@ -125,7 +125,8 @@ pub(crate) enum Woken {
 struct Subscriber {
     /// The node's index, its slot in the notice counts.
     index: usize,
-    client: Client,
+    /// `None` for a Sentinel node: its waiters poll (see the README).
+    client: Option<Client>,
     name: Arc<str>,
     changes: Mutex<Option<mpsc::UnboundedSender<Change>>>,
 }
@@ -151,7 +152,7 @@ impl Wake {
                 .enumerate()
                 .map(|(index, n)| Subscriber {
                     index,
-                    client: n.client().clone(),
+                    client: n.client().cloned(),
                     name: Arc::clone(n.name()),
                     changes: Mutex::new(None),
                 })
@@ -560,6 +561,9 @@ impl Subscriber {
         connect_timeout: Duration,
         counters: &Counters,
     ) {
+        let Some(client) = &self.client else {
+            return;
+        };
         let mut changes = self.changes.lock().unwrap_or_else(PoisonError::into_inner);
         if changes.as_ref().is_none_or(|tx| tx.is_closed()) {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -568,7 +572,7 @@ impl Subscriber {
             let (tx, rx) = mpsc::unbounded_channel();
             runtime.spawn(subscribe_loop(
                 self.index,
-                self.client.clone(),
+                client.clone(),
                 Arc::clone(&self.name),
                 connect_timeout,
                 rx,

@@ -41,7 +41,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "I/O",
-        &["scripts", "epoch", "node", "fanout", "core", "fenced"],
+        &[
+            "scripts", "epoch", "sentinel", "node", "fanout", "core", "fenced",
+        ],
     ),
     ("state", &["lease"]),
     ("services", &["watchdog", "wake", "release"]),

@@ -1,7 +1,7 @@
 -- An operator's word that this node is brand new and empty (or part of a
 -- new deployment): its epoch starts at once, as if it had always been
 -- there, so it votes without waiting out the quarantine.
--- ARGV[1] the server's run_id, ARGV[2] 1 when the node is declared durable
+-- ARGV[1] the server's identity (run_id:master_replid2, see epoch.rs), ARGV[2] 1 when the node is declared durable
 -- (the marker then goes to its AOF).
 -- Reply: 1 adopted; an error 'QLNOTEMPTY n' when the node holds any key
 -- but the marker (it may hold locks or counters of an earlier life).

@@ -1,7 +1,8 @@
 -- Run once on every new connection, before any vote: makes sure the epoch
 -- marker belongs to this server process, and starts a new epoch when it
 -- does not (the server restarted, or was promoted, since it was written).
--- ARGV[1] the server's run_id, ARGV[2] how far back the new epoch may start
+-- ARGV[1] the server's identity, run_id:master_replid2 (new at every start and
+-- promotion), ARGV[2] how far back the new epoch may start
 -- in ms: the uptime when INFO shows a master never promoted (its data is
 -- complete since it booted), else 0. ARGV[3] 1: the node is declared
 -- durable: a marker it kept over a restart (in its AOF) stays valid.

@@ -61,6 +61,7 @@ pub mod hostile;
 mod node;
 mod options;
 pub mod proxy;
+pub mod sentinel;
 pub mod table;
 mod testbed;
 
@@ -71,6 +72,7 @@ pub use fakeclock::ClockSkew;
 pub use node::RedisNode;
 pub use options::{NodeOptions, Persistence, Restart};
 pub use proxy::{NetFault, Proxy};
+pub use sentinel::SentinelGroup;
 pub use testbed::Testbed;
 
 /// The `redis` crate this testbed is built against, so tests can use

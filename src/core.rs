@@ -102,8 +102,7 @@ impl Core {
                 .zip(&*replies)
                 .filter(|(_, r)| r.is_none())
             {
-                bump(&node.counters.timeouts);
-                telemetry::node_timeout(node.name());
+                self.count_timeout(node);
             }
         }
         let outcomes = replies
@@ -157,9 +156,26 @@ impl Core {
 
     /// A timeout error for `node`, counted.
     pub(crate) fn timeout_error(&self, node: &Node) -> NodeError {
+        self.count_timeout(node);
+        self.timeout_detail(node)
+    }
+
+    /// Counts a call to `node` that went unanswered for the node timeout,
+    /// and marks the node suspect ([`Node::is_suspect`]).
+    pub(crate) fn count_timeout(&self, node: &Node) {
         bump(&node.counters.timeouts);
         telemetry::node_timeout(node.name());
-        self.timeout_detail(node)
+        node.timed_out();
+    }
+
+    /// The error reported for a suspect node a release did not wait for.
+    pub(crate) fn not_waited_for(&self, node: &Node) -> NodeError {
+        NodeError::new(
+            node.name(),
+            NodeErrorKind::Timeout,
+            "no reply since a call timed out: not waited for; the release goes on in the background"
+                .to_string(),
+        )
     }
 
     /// A timeout error for `node`, without counting it.

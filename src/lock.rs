@@ -220,7 +220,15 @@ impl MultiLock {
     /// Dropping the future may leave some nodes adopted and others not;
     /// calling it again is harmless for the adopted ones (still empty).
     pub async fn adopt_empty_nodes(&self) -> Vec<Result<(), NodeError>> {
-        join_all(self.services.core.nodes.iter().map(|n| n.adopt())).await
+        let core = &self.services.core;
+        // Bounded like every call: a paused node must not hang start-up.
+        let bound = core.background_bound();
+        join_all(core.nodes.iter().map(|n| async move {
+            tokio::time::timeout(bound, n.adopt())
+                .await
+                .unwrap_or_else(|_| Err(core.timeout_error(n)))
+        }))
+        .await
     }
 
     /// An operator's release of `name`, whatever its owner (Redisson's
@@ -256,7 +264,10 @@ impl MultiLock {
     /// # Cancel safety
     ///
     /// Dropping the future may leave the name released on some nodes and
-    /// not others; calling it again finishes the job.
+    /// not others; calling it again finishes the job. A node that does not
+    /// answer within the node timeout is reported as failed
+    /// ([`NodeErrorKind::Timeout`](crate::NodeErrorKind::Timeout)); its call
+    /// goes on in the background for a while.
     pub async fn force_release(&self, name: &str) -> Vec<Result<bool, NodeError>> {
         let core = &self.services.core;
         let marker = core.config.ttl.max(core.config.quarantine);
@@ -265,7 +276,7 @@ impl MultiLock {
             .services
             .watchdog
             .end_holders_of(name, &crate::LostReason::ForceReleased);
-        let results = join_all(core.nodes.iter().map(|n| n.force_release(name, marker_ms))).await;
+        let results = crate::release::force_release(core, name, marker_ms).await;
         let found = results.iter().filter(|r| matches!(r, Ok(true))).count();
         let failed = results.iter().filter(|r| r.is_err()).count();
         tracing::warn!(

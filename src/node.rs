@@ -63,10 +63,17 @@ enum Slot {
 /// whose futures were dropped (a fan-out that decided without them) are
 /// not seen here, so a quiet spell only stops new calls; a `PING` probe
 /// then tells a live server from a silent one.
+///
+/// It also remembers whether a call on the connection went unanswered for
+/// the node timeout with no reply since: such a node is *suspect*, and a
+/// release does not wait for it (see [`Node::is_suspect`]).
 #[derive(Default)]
 struct Liveness {
     generation: u64,
     unanswered_since: Option<tokio::time::Instant>,
+    timed_out: bool,
+    /// Requests sent since the last reply.
+    unanswered: u32,
     probing: bool,
 }
 
@@ -85,11 +92,14 @@ impl Liveness {
         self.on(generation);
         self.unanswered_since
             .get_or_insert_with(tokio::time::Instant::now);
+        self.unanswered = self.unanswered.saturating_add(1);
     }
 
     fn answered(&mut self, generation: u64) {
         if self.generation == generation {
             self.unanswered_since = None;
+            self.timed_out = false;
+            self.unanswered = 0;
         }
     }
 
@@ -98,6 +108,12 @@ impl Liveness {
         self.unanswered_since.map(|since| since.elapsed())
     }
 }
+
+/// How many requests a suspect connection (a call timed out, nothing
+/// answered since) is sent before it counts as stalled without waiting out
+/// the connect timeout: releases do not wait for a suspect node, so calls
+/// to it come fast, and each would sit in its queue until it answers.
+const MAX_UNANSWERED_WHEN_SUSPECT: u32 = 64;
 
 /// The first wait after a failed connect; it doubles with each failure in
 /// a row, up to [`MAX_CONNECT_BACKOFF`], and starts over after a success.
@@ -283,6 +299,34 @@ impl Node {
             *self.slot.lock().unwrap_or_else(PoisonError::into_inner),
             Slot::Ready { .. }
         )
+    }
+
+    /// Records that a call to this node went unanswered for the node
+    /// timeout: the node is suspect until its connection answers anything.
+    pub(crate) fn timed_out(&self) {
+        if let Some(generation) = self.ready_generation() {
+            let mut liveness = self.liveness();
+            liveness.on(generation);
+            liveness.timed_out = true;
+        }
+    }
+
+    /// Whether a call to this node timed out and nothing has answered on
+    /// its connection since (a paused, overloaded or cut-off server): a
+    /// release sends to it but does not wait for it. A healthy node is
+    /// never suspect, and one that answers again is at once no longer.
+    pub(crate) fn is_suspect(&self) -> bool {
+        self.ready_generation().is_some_and(|generation| {
+            let liveness = self.liveness();
+            liveness.generation == generation && liveness.timed_out
+        })
+    }
+
+    fn ready_generation(&self) -> Option<u64> {
+        match &*self.slot.lock().unwrap_or_else(PoisonError::into_inner) {
+            Slot::Ready { generation, .. } => Some(*generation),
+            _ => None,
+        }
     }
 
     /// The client, for connections of other kinds (the wake-up
@@ -891,7 +935,8 @@ impl Node {
     }
 
     /// How long connection `generation` has gone without any reply, if
-    /// longer than the connect timeout; starts a probe (`PING`) then, at
+    /// longer than the connect timeout (or, for a suspect node, once
+    /// [`MAX_UNANSWERED_WHEN_SUSPECT`] requests went unanswered); starts a probe (`PING`) then, at
     /// most one at a time, whose answer lets calls through again.
     fn stalled(
         self: &Arc<Self>,
@@ -901,7 +946,8 @@ impl Node {
         let silent_for = {
             let mut liveness = self.liveness();
             let silent_for = liveness.silent_for(generation)?;
-            if silent_for < self.connect_timeout {
+            let flooded = liveness.timed_out && liveness.unanswered >= MAX_UNANSWERED_WHEN_SUSPECT;
+            if silent_for < self.connect_timeout && !flooded {
                 return None;
             }
             if !std::mem::replace(&mut liveness.probing, true) {

@@ -48,8 +48,10 @@ pub struct ReleaseReport {
     pub kept: usize,
     /// Nodes that did not carry our token (expired, or never won).
     pub not_held: usize,
-    /// Nodes that failed or did not answer within the node timeout. Their
-    /// key, if any, expires by its TTL.
+    /// Nodes that failed or did not answer within the node timeout, and
+    /// suspect nodes the release did not wait for (a call to them timed
+    /// out and nothing has answered since; their release goes on in the
+    /// background). Their key, if any, expires by its TTL.
     pub failed: Vec<NodeError>,
     /// Whether the guard was still within its validity when the release
     /// began, i.e. the lock was exclusively ours up to this release.
@@ -123,22 +125,35 @@ pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseR
     }
     bump(&core.counters.released);
     let mut tally = ReleaseTally::new(core.nodes.len());
+    // A suspect node (its last call timed out, nothing answered since) is
+    // sent the release like every node but not waited for: a paused node
+    // then costs one node timeout in all, not one per release.
+    let awaited: Vec<bool> = core.nodes.iter().map(|n| !n.is_suspect()).collect();
+    let mut waiting = awaited.iter().filter(|a| **a).count();
+    let deadline = if waiting == 0 {
+        Instant::now()
+    } else {
+        Instant::now() + core.config.node_timeout
+    };
     let (end, unfinished) = fan_out_announcing(
         core.nodes.len(),
-        Instant::now() + core.config.node_timeout,
+        deadline,
         |i| core.nodes[i].release(entry.clone(), true),
         // Queued on every node: a waiter of this lock service may attempt
         // now, its requests run after the release.
         || wake.released(&entry.keys),
         |i, reply| {
             tally.record(i, reply);
-            false
+            if awaited[i] {
+                waiting -= 1;
+            }
+            waiting == 0
         },
     )
     .await;
     // A release must reach every node, also one slower than the deadline.
     unfinished.finish_in_background(core.background_bound(), "release");
-    tally.finish(core, end)
+    tally.finish_skipping(core, end, &awaited)
 }
 
 /// [`release`] that takes the name for the next waiter of this lock
@@ -186,6 +201,38 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
     report
 }
 
+/// An operator's release of `name` on every node, whatever its owner
+/// (see [`MultiLock::force_release`](crate::MultiLock::force_release)):
+/// each node's answer, or a timeout for a node that did not answer within
+/// the node timeout. Those are finished in the background (bounded), like
+/// a release: a paused node must not hang the operator's call.
+pub(crate) async fn force_release(
+    core: &Core,
+    name: &str,
+    marker_ms: u64,
+) -> Vec<Result<bool, NodeError>> {
+    let mut results: Vec<Option<Result<bool, NodeError>>> = vec![None; core.nodes.len()];
+    let (_, unfinished) = fan_out(
+        core.nodes.len(),
+        Instant::now() + core.config.node_timeout,
+        |i| {
+            let (node, name) = (core.nodes[i].clone(), name.to_owned());
+            async move { node.force_release(&name, marker_ms).await }
+        },
+        |i, reply| {
+            results[i] = Some(reply);
+            false
+        },
+    )
+    .await;
+    unfinished.finish_in_background(core.background_bound(), "force release");
+    results
+        .into_iter()
+        .zip(&core.nodes)
+        .map(|(result, node)| result.unwrap_or_else(|| Err(core.timeout_error(node))))
+        .collect()
+}
+
 /// A release round's answers, counted into its report.
 struct ReleaseTally {
     report: ReleaseReport,
@@ -226,6 +273,25 @@ impl ReleaseTally {
         if end == End::DeadlinePassed {
             for (node, _) in core.nodes.iter().zip(&self.answered).filter(|(_, a)| !**a) {
                 self.report.failed.push(core.timeout_error(node));
+            }
+        }
+        self.report
+    }
+
+    /// [`finish`](Self::finish) for a round that did not wait for the
+    /// nodes not `awaited`: those that had not answered are reported as
+    /// not waited for (their release goes on in the background).
+    fn finish_skipping(mut self, core: &Core, end: End, awaited: &[bool]) -> ReleaseReport {
+        for ((node, answered), awaited) in core.nodes.iter().zip(&self.answered).zip(awaited) {
+            if *answered {
+                continue;
+            }
+            if *awaited {
+                if end == End::DeadlinePassed {
+                    self.report.failed.push(core.timeout_error(node));
+                }
+            } else {
+                self.report.failed.push(core.not_waited_for(node));
             }
         }
         self.report

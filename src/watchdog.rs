@@ -564,8 +564,7 @@ impl GroupRound {
         if end == End::DeadlinePassed {
             for (i, node) in self.core.nodes.iter().enumerate() {
                 if self.votes.iter().all(|r| r.votes[i].is_none()) {
-                    bump(&node.counters.timeouts);
-                    telemetry::node_timeout(node.name());
+                    self.core.count_timeout(node);
                 }
             }
         }

@@ -70,3 +70,35 @@ async fn a_holder_of_the_same_lock_service_ends_at_once() {
     assert!(next.is_held());
     next.release().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_is_reported_as_timed_out_and_does_not_hang_the_call() {
+    let mut testbed = Testbed::start(3).expect("testbed");
+    let operator = common::connected(common::lock_with(&testbed, |b| {
+        b.node_timeout(Duration::from_millis(50))
+    }))
+    .await;
+    let guard = operator.try_acquire("nightly").await.expect("free");
+    common::wait_for("the key on every node", Duration::from_secs(2), || {
+        common::values(&testbed, "nightly")
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
+    testbed.node_mut(2).pause().expect("pause");
+    // Bounded by the node timeout; the outer bound only keeps a broken
+    // build from hanging the suite.
+    let found = tokio::time::timeout(Duration::from_secs(10), operator.force_release("nightly"))
+        .await
+        .expect("returned although a node is paused");
+    testbed.node_mut(2).resume().expect("resume");
+    drop(guard);
+    assert!(
+        matches!(found[0], Ok(true)) && matches!(found[1], Ok(true)),
+        "{found:?}"
+    );
+    assert!(
+        matches!(&found[2], Err(e) if e.kind() == quorumlock::NodeErrorKind::Timeout),
+        "{found:?}"
+    );
+}

@@ -1,0 +1,570 @@
+//! quorumlock against rslock and the raw fan-out floor, side by side in one
+//! run, on 5 local redis-server nodes started by the bench (TTL 10 s, library
+//! defaults):
+//!
+//! * S1: one task, acquire + release in a loop: latency p50 / p99.
+//! * S2: 32 tasks on distinct names: acquire + release operations per second.
+//! * S3: 8 workers of one process on one name, ~1 ms holds: acquisitions per
+//!   second and the spread between workers (max / min).
+//! * s3sep: the same with 8 worker processes (this binary, re-run as a
+//!   worker): acquisitions per second.
+//! * S4: one of the 5 nodes paused (SIGSTOP): acquire and release p50 / p99.
+//! * S5: one of the 5 nodes killed: acquire p50.
+//!
+//! The floor is the least any Redlock client does: `SET key token NX PX`
+//! sent concurrently to every node, decided when all answered, then a
+//! compare-and-delete script on every node (retrying after a random pause
+//! of up to 1 ms when the quorum was missed), over redis-rs multiplexed
+//! connections.
+//!
+//! Prints a table of figures and ratios, and writes
+//! `target/peers/report.json` and `target/peers/latency.svg` (the S1 and
+//! S4 latency distributions).
+//!
+//! Run: `testbed/run bench peers` (or `cargo bench --bench peers`);
+//! `QL_PEERS_SECS` sets the window of the throughput scenarios (default 5).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use quorumlock::{LockConfig, MultiLock, Wait};
+use quorumlock_testbed::Testbed;
+use redis::aio::MultiplexedConnection;
+
+const TTL: Duration = Duration::from_secs(10);
+const HOLD: Duration = Duration::from_millis(1);
+/// The most time S4 and S5 spend per client.
+const S_FAULT_BUDGET: Duration = Duration::from_secs(15);
+const CAD: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// The three clients under test, behind one interface.
+#[derive(Clone)]
+enum Client {
+    Quorumlock(MultiLock),
+    Rslock(rslock::LockManager),
+    Floor(Arc<Vec<MultiplexedConnection>>),
+}
+
+/// What a client holds between acquire and release.
+enum Held {
+    Quorumlock(quorumlock::LockGuard),
+    Rslock(rslock::Lock),
+    Floor(String, String),
+}
+
+impl Client {
+    async fn connect(kind: &str, urls: &[String]) -> Client {
+        match kind {
+            "quorumlock" => {
+                let lock = MultiLock::new(
+                    LockConfig::builder()
+                        .nodes(urls.iter().cloned())
+                        .ttl(TTL)
+                        .build()
+                        .expect("valid"),
+                );
+                lock.warm_up().await;
+                Client::Quorumlock(lock)
+            }
+            "rslock" => Client::Rslock(rslock::LockManager::new(urls.to_vec())),
+            _ => {
+                let conns = join_all(urls.iter().map(|u| async move {
+                    redis::Client::open(u.as_str())
+                        .expect("url")
+                        .get_multiplexed_async_connection()
+                        .await
+                        .expect("connect")
+                }))
+                .await;
+                Client::Floor(Arc::new(conns))
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Client::Quorumlock(_) => "quorumlock",
+            Client::Rslock(_) => "rslock",
+            Client::Floor(_) => "floor",
+        }
+    }
+
+    /// Acquires `name`, waiting (retrying) until it is won; `None` if it
+    /// is not won within 5 s.
+    async fn acquire(&self, name: &str) -> Option<Held> {
+        match self {
+            Client::Quorumlock(lock) => lock
+                .acquire(name, Wait::up_to(Duration::from_secs(5)))
+                .await
+                .ok()
+                .map(Held::Quorumlock),
+            Client::Rslock(manager) => {
+                let began = Instant::now();
+                while began.elapsed() < Duration::from_secs(5) {
+                    if let Ok(lock) = manager.lock(name.as_bytes(), TTL).await {
+                        return Some(Held::Rslock(lock));
+                    }
+                }
+                None
+            }
+            Client::Floor(conns) => {
+                let token = uuid::Uuid::new_v4().simple().to_string();
+                let began = Instant::now();
+                while began.elapsed() < Duration::from_secs(5) {
+                    let won = join_all(conns.iter().map(|c| {
+                        let mut c = c.clone();
+                        let (name, token) = (name.to_owned(), token.clone());
+                        async move {
+                            redis::cmd("SET")
+                                .arg(&name)
+                                .arg(&token)
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(TTL.as_millis() as u64)
+                                .query_async::<Option<String>>(&mut c)
+                                .await
+                                .ok()
+                                .flatten()
+                                .is_some()
+                        }
+                    }))
+                    .await;
+                    if won.iter().filter(|w| **w).count() > conns.len() / 2 {
+                        return Some(Held::Floor(name.to_owned(), token));
+                    }
+                    floor_release(conns, name, &token).await;
+                    let pause = rand::random::<u64>() % 1000;
+                    tokio::time::sleep(Duration::from_micros(pause)).await;
+                }
+                None
+            }
+        }
+    }
+
+    async fn release(&self, held: Held) {
+        match (self, held) {
+            (_, Held::Quorumlock(guard)) => {
+                guard.release().await;
+            }
+            (Client::Rslock(manager), Held::Rslock(lock)) => manager.unlock(&lock).await,
+            (Client::Floor(conns), Held::Floor(name, token)) => {
+                floor_release(conns, &name, &token).await
+            }
+            _ => unreachable!("held by another client"),
+        }
+    }
+}
+
+async fn floor_release(conns: &[MultiplexedConnection], name: &str, token: &str) {
+    join_all(conns.iter().map(|c| {
+        let mut c = c.clone();
+        async move {
+            let _ = redis::cmd("EVAL")
+                .arg(CAD)
+                .arg(1)
+                .arg(name)
+                .arg(token)
+                .query_async::<i64>(&mut c)
+                .await;
+        }
+    }))
+    .await;
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+/// Sequential acquire + release, `rounds` times: (acquire, release) latencies.
+async fn latencies(client: &Client, rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+    latencies_within(client, rounds, Duration::MAX).await
+}
+
+/// [`latencies`], stopping early once `budget` has passed (a client that
+/// waits out a paused node on every call would take minutes otherwise).
+async fn latencies_within(
+    client: &Client,
+    rounds: usize,
+    budget: Duration,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut acquire, mut release) = (Vec::new(), Vec::new());
+    let began = Instant::now();
+    for i in 0..rounds {
+        if began.elapsed() > budget {
+            break;
+        }
+        let name = format!("s1:{}:{}", client.name(), i % 64);
+        let began = Instant::now();
+        let Some(held) = client.acquire(&name).await else {
+            continue;
+        };
+        let won = Instant::now();
+        client.release(held).await;
+        acquire.push(won - began);
+        release.push(won.elapsed());
+    }
+    acquire.sort_unstable();
+    release.sort_unstable();
+    (acquire, release)
+}
+
+/// S2: `tasks` tasks on distinct names for `window`: operations per second.
+async fn throughput(client: &Client, tasks: usize, window: Duration) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (client, stop, done) = (client.clone(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                let name = format!("s2:{}:{t}", client.name());
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(held) = client.acquire(&name).await {
+                        client.release(held).await;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let began = Instant::now();
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = began.elapsed();
+    join_all(handles).await;
+    done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+}
+
+/// S3: `workers` workers of this process on one name, ~1 ms holds: (per
+/// second, each worker's count).
+async fn contention(client: &Client, workers: usize, window: Duration) -> (f64, Vec<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let (client, stop) = (client.clone(), stop.clone());
+            tokio::spawn(async move {
+                let name = format!("s3:{}", client.name());
+                let mut count = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(held) = client.acquire(&name).await {
+                        hold().await;
+                        client.release(held).await;
+                        count += 1;
+                    }
+                }
+                count
+            })
+        })
+        .collect();
+    let began = Instant::now();
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = began.elapsed();
+    let counts: Vec<u64> = join_all(handles)
+        .await
+        .into_iter()
+        .map(|r| r.expect("worker"))
+        .collect();
+    (
+        counts.iter().sum::<u64>() as f64 / elapsed.as_secs_f64(),
+        counts,
+    )
+}
+
+/// A ~1 ms hold that does not depend on the timer wheel's granularity.
+async fn hold() {
+    let until = Instant::now() + HOLD;
+    while Instant::now() < until {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// s3sep: 8 processes of this binary, each a worker: acquisitions per second.
+fn contention_separate(kind: &str, urls: &[String], window: Duration) -> f64 {
+    let exe = std::env::current_exe().expect("own path");
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .env("QL_PEERS_WORKER", kind)
+                .env("QL_PEERS_URLS", urls.join(","))
+                .env("QL_PEERS_WINDOW_MS", window.as_millis().to_string())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("worker process")
+        })
+        .collect();
+    let total: u64 = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().expect("worker output");
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+        })
+        .sum();
+    total as f64 / window.as_secs_f64()
+}
+
+/// The body of a worker process: one worker on one name for the window.
+fn worker(kind: &str) {
+    let urls: Vec<String> = std::env::var("QL_PEERS_URLS")
+        .expect("urls")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let window = Duration::from_millis(
+        std::env::var("QL_PEERS_WINDOW_MS")
+            .expect("window")
+            .parse()
+            .expect("ms"),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let count = runtime.block_on(async {
+        let client = Client::connect(kind, &urls).await;
+        let (_, counts) = contention(&client, 1, window).await;
+        counts[0]
+    });
+    println!("{count}");
+}
+
+#[derive(Default)]
+struct Row {
+    figures: BTreeMap<&'static str, f64>,
+}
+
+impl Row {
+    /// p50 and p99 of sorted acquire and release latencies, in µs, as
+    /// `"<scenario> acquire p50 µs"` and so on.
+    fn record_latencies(
+        &mut self,
+        scenario: &'static str,
+        acquire: &[Duration],
+        release: &[Duration],
+    ) {
+        for (what, samples) in [("acquire", acquire), ("release", release)] {
+            for (label, p) in [("p50", 0.5), ("p99", 0.99)] {
+                let name: &'static str =
+                    Box::leak(format!("{scenario} {what} {label} µs").into_boxed_str());
+                self.figures.insert(name, micros(percentile(samples, p)));
+            }
+        }
+    }
+}
+
+fn main() {
+    if let Ok(kind) = std::env::var("QL_PEERS_WORKER") {
+        worker(&kind);
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` and the like
+    }
+    let window = Duration::from_secs(
+        std::env::var("QL_PEERS_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(5),
+    );
+    let mut testbed = Testbed::start(5).expect("5 nodes");
+    let urls = testbed.urls();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kinds = ["quorumlock", "rslock", "floor"];
+    let mut rows: BTreeMap<&str, Row> = BTreeMap::new();
+    let mut s1_samples: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+    let mut s4_samples: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+
+    let clients: Vec<Client> = runtime.block_on(async {
+        let mut clients = Vec::new();
+        for kind in kinds {
+            clients.push(Client::connect(kind, &urls).await);
+        }
+        clients
+    });
+    for client in &clients {
+        eprintln!("{}: S1, S2, S3", client.name());
+        let row = rows.entry(client.name()).or_default();
+        runtime.block_on(async {
+            latencies(client, 200).await; // warm-up
+            let (acquire, release) = latencies(client, 2000).await;
+            row.record_latencies("S1", &acquire, &release);
+            s1_samples.insert(client.name(), acquire);
+            row.figures
+                .insert("S2 ops/s", throughput(client, 32, window).await);
+            let (rate, counts) = contention(client, 8, window).await;
+            row.figures.insert("S3 acq/s", rate);
+            let (max, min) = (
+                counts.iter().max().copied().unwrap_or(0),
+                counts.iter().min().copied().unwrap_or(0),
+            );
+            row.figures
+                .insert("S3 max/min", max as f64 / min.max(1) as f64);
+        });
+    }
+    for kind in kinds {
+        eprintln!("{kind}: s3sep");
+        let rate = contention_separate(kind, &urls, window);
+        rows.entry(kind)
+            .or_default()
+            .figures
+            .insert("s3sep acq/s", rate);
+    }
+    // S4: node 4 paused.
+    testbed.node_mut(4).pause().expect("pause node 4");
+    for client in &clients {
+        eprintln!("{}: S4", client.name());
+        let row = rows.entry(client.name()).or_default();
+        runtime.block_on(async {
+            let (acquire, release) = latencies_within(client, 300, S_FAULT_BUDGET).await;
+            row.figures.insert("S4 rounds", acquire.len() as f64);
+            row.record_latencies("S4", &acquire, &release);
+            s4_samples.insert(client.name(), acquire);
+        });
+    }
+    testbed.node_mut(4).resume().expect("resume node 4");
+    // S5: node 4 killed.
+    testbed.node_mut(4).kill().expect("kill node 4");
+    for client in &clients {
+        eprintln!("{}: S5", client.name());
+        let row = rows.entry(client.name()).or_default();
+        runtime.block_on(async {
+            let (acquire, _) = latencies_within(client, 300, S_FAULT_BUDGET).await;
+            row.figures
+                .insert("S5 acquire p50 µs", micros(percentile(&acquire, 0.5)));
+        });
+    }
+    report(&rows, &s1_samples, &s4_samples);
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn report(
+    rows: &BTreeMap<&str, Row>,
+    s1: &BTreeMap<&str, Vec<Duration>>,
+    s4: &BTreeMap<&str, Vec<Duration>>,
+) {
+    let q = &rows["quorumlock"].figures;
+    let names: Vec<&str> = q.keys().copied().collect();
+    println!(
+        "\n{:<22} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "scenario", "quorumlock", "rslock", "floor", "q/rslock", "q/floor"
+    );
+    for name in &names {
+        let get = |kind: &str| rows[kind].figures.get(name).copied().unwrap_or(f64::NAN);
+        let (qv, rv, fv) = (get("quorumlock"), get("rslock"), get("floor"));
+        println!(
+            "{:<22} {:>12.1} {:>12.1} {:>12.1} {:>10.3} {:>10.3}",
+            name,
+            qv,
+            rv,
+            fv,
+            qv / rv,
+            qv / fv
+        );
+    }
+    let q1 = q["S1 acquire p50 µs"];
+    println!(
+        "\nquorumlock S4 / S1 (acquire p50, p99; release p50, p99): {:.2} {:.2} {:.2} {:.2}; S5 / S1 acquire p50: {:.2}",
+        q["S4 acquire p50 µs"] / q1,
+        q["S4 acquire p99 µs"] / q["S1 acquire p99 µs"],
+        q["S4 release p50 µs"] / q["S1 release p50 µs"],
+        q["S4 release p99 µs"] / q["S1 release p99 µs"],
+        q["S5 acquire p50 µs"] / q1,
+    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/peers");
+    let _ = std::fs::create_dir_all(&dir);
+    let json: serde_json::Map<String, serde_json::Value> = rows
+        .iter()
+        .map(|(kind, row)| {
+            (
+                kind.to_string(),
+                serde_json::Value::Object(
+                    row.figures
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+                        .collect(),
+                ),
+            )
+        })
+        .collect();
+    let _ = std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&json).expect("json"),
+    );
+    let _ = std::fs::write(dir.join("latency.svg"), svg(s1, s4));
+    println!("wrote {}/report.json and latency.svg", dir.display());
+}
+
+/// Cumulative distributions of the acquire latencies, S1 and S4, one line
+/// per client, on a log time axis.
+fn svg(s1: &BTreeMap<&str, Vec<Duration>>, s4: &BTreeMap<&str, Vec<Duration>>) -> String {
+    let (w, h, pad) = (720.0, 360.0, 50.0);
+    let (lo, hi) = (50f64.ln(), 1_000_000f64.ln()); // 50 µs .. 1 s
+    let x = |us: f64| pad + (us.max(50.0).ln() - lo) / (hi - lo) * (w - 2.0 * pad);
+    let y = |p: f64| h - pad - p * (h - 2.0 * pad);
+    let colour = |kind: &str| match kind {
+        "quorumlock" => "#1f77b4",
+        "rslock" => "#d62728",
+        _ => "#7f7f7f",
+    };
+    let mut out = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    );
+    for us in [100.0, 1_000.0, 10_000.0, 100_000.0, 1_000_000.0] {
+        out += &format!(
+            "<line x1='{0}' x2='{0}' y1='{1}' y2='{2}' stroke='#ddd'/><text x='{0}' y='{3}' text-anchor='middle'>{4}</text>\n",
+            x(us),
+            y(0.0),
+            y(1.0),
+            h - pad + 15.0,
+            if us < 1000.0 {
+                format!("{us} µs")
+            } else {
+                format!("{} ms", us / 1000.0)
+            }
+        );
+    }
+    for (set, dash) in [(s1, ""), (s4, "stroke-dasharray='4 3'")] {
+        for (kind, samples) in set {
+            if samples.is_empty() {
+                continue;
+            }
+            let points: Vec<String> = samples
+                .iter()
+                .enumerate()
+                .step_by((samples.len() / 200).max(1))
+                .map(|(i, d)| {
+                    format!(
+                        "{:.1},{:.1}",
+                        x(micros(*d)),
+                        y(i as f64 / samples.len() as f64)
+                    )
+                })
+                .collect();
+            out += &format!(
+                "<polyline fill='none' stroke='{}' {dash} points='{}'/>\n",
+                colour(kind),
+                points.join(" ")
+            );
+        }
+    }
+    out += &format!(
+        "<text x='{pad}' y='20'>acquire latency CDF, 5 nodes: solid S1 (all up), dashed S4 (one paused); blue quorumlock, red rslock, grey floor</text>\n</svg>\n"
+    );
+    out
+}

@@ -3,11 +3,14 @@
 //! defaults):
 //!
 //! * S1: one task, acquire + release in a loop: latency p50 / p99.
-//! * S2: 32 tasks on distinct names: acquire + release operations per second.
+//! * S2: 32 tasks on distinct names: acquire + release operations per
+//!   second, and the CPU time each operation costs the client process and
+//!   the five servers together.
 //! * S3: 8 workers of one process on one name, ~1 ms holds: acquisitions per
 //!   second and the spread between workers (max / min).
 //! * s3sep: the same with 8 worker processes (this binary, re-run as a
-//!   worker): acquisitions per second.
+//!   worker): acquisitions per second, and the CPU time each acquisition
+//!   costs the workers and the servers together.
 //! * S4: one of the 5 nodes paused (SIGSTOP): acquire and release p50 / p99.
 //! * S5: one of the 5 nodes killed: acquire p50.
 //!
@@ -64,6 +67,8 @@ impl Client {
                     LockConfig::builder()
                         .nodes(urls.iter().cloned())
                         .ttl(TTL)
+                        // QL_PEERS_WAKEUPS=0: without release notices, for an A/B.
+                        .wake_ups(std::env::var("QL_PEERS_WAKEUPS").as_deref() != Ok("0"))
                         .build()
                         .expect("valid"),
                 );
@@ -387,6 +392,7 @@ fn main() {
     let mut s1_samples: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
     let mut s4_samples: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
 
+    let server_pids: Vec<u32> = testbed.nodes().iter().filter_map(|n| n.pid()).collect();
     let clients: Vec<Client> = runtime.block_on(async {
         let mut clients = Vec::new();
         for kind in kinds {
@@ -394,7 +400,16 @@ fn main() {
         }
         clients
     });
-    for client in &clients {
+    // QL_PEERS_ONLY=S2,s3sep (say) runs only those scenarios, for an A/B.
+    let only = std::env::var("QL_PEERS_ONLY").ok();
+    let want = |scenario: &str| {
+        only.as_deref()
+            .is_none_or(|list| list.split(',').any(|s| s == scenario))
+    };
+    for client in clients
+        .iter()
+        .filter(|_| want("S1") || want("S2") || want("S3"))
+    {
         eprintln!("{}: S1, S2, S3", client.name());
         let row = rows.entry(client.name()).or_default();
         runtime.block_on(async {
@@ -402,8 +417,18 @@ fn main() {
             let (acquire, release) = latencies(client, 2000).await;
             row.record_latencies("S1", &acquire, &release);
             s1_samples.insert(client.name(), acquire);
-            row.figures
-                .insert("S2 ops/s", throughput(client, 32, window).await);
+            let cpu_before = (cpu_time("self"), server_cpu(&server_pids));
+            let rate = throughput(client, 32, window).await;
+            let ops = rate * window.as_secs_f64();
+            row.figures.insert("S2 ops/s", rate);
+            row.figures.insert(
+                "S2 client CPU µs/op",
+                micros(cpu_time("self") - cpu_before.0) / ops,
+            );
+            row.figures.insert(
+                "S2 server CPU µs/op",
+                micros(server_cpu(&server_pids) - cpu_before.1) / ops,
+            );
             let (rate, counts) = contention(client, 8, window).await;
             row.figures.insert("S3 acq/s", rate);
             let (max, min) = (
@@ -414,13 +439,21 @@ fn main() {
                 .insert("S3 max/min", max as f64 / min.max(1) as f64);
         });
     }
-    for kind in kinds {
+    for kind in kinds.iter().filter(|_| want("s3sep")) {
         eprintln!("{kind}: s3sep");
+        let before = children_cpu() + server_cpu(&server_pids);
         let rate = contention_separate(kind, &urls, window);
-        rows.entry(kind)
-            .or_default()
-            .figures
-            .insert("s3sep acq/s", rate);
+        let cpu = children_cpu() + server_cpu(&server_pids) - before;
+        let row = rows.entry(kind).or_default();
+        row.figures.insert("s3sep acq/s", rate);
+        row.figures.insert(
+            "s3sep CPU µs/acq",
+            micros(cpu) / (rate * window.as_secs_f64()),
+        );
+    }
+    if !(want("S4") || want("S5")) {
+        report(&rows, &s1_samples, &s4_samples);
+        return;
     }
     // S4: node 4 paused.
     testbed.node_mut(4).pause().expect("pause node 4");
@@ -449,6 +482,35 @@ fn main() {
     report(&rows, &s1_samples, &s4_samples);
 }
 
+/// User + system CPU time of process `pid` ("self" for this one), from
+/// `/proc/<pid>/stat` (clock ticks of 10 ms: read over seconds).
+fn cpu_time(pid: &str) -> Duration {
+    stat_ticks(pid, [11, 12])
+}
+
+/// CPU time of this process's children that have ended (the s3sep
+/// workers, once reaped).
+fn children_cpu() -> Duration {
+    stat_ticks("self", [13, 14])
+}
+
+/// The sum of two tick fields of `/proc/<pid>/stat`, counted from the
+/// field after the command name (which is in parentheses).
+fn stat_ticks(pid: &str, fields: [usize; 2]) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let values: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields
+        .iter()
+        .filter_map(|&i| values.get(i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+fn server_cpu(pids: &[u32]) -> Duration {
+    pids.iter().map(|p| cpu_time(&p.to_string())).sum()
+}
+
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -458,8 +520,13 @@ fn report(
     s1: &BTreeMap<&str, Vec<Duration>>,
     s4: &BTreeMap<&str, Vec<Duration>>,
 ) {
-    let q = &rows["quorumlock"].figures;
-    let names: Vec<&str> = q.keys().copied().collect();
+    let empty = Row::default();
+    let q = &rows.get("quorumlock").unwrap_or(&empty).figures;
+    let q = |name: &str| q.get(name).copied().unwrap_or(f64::NAN);
+    let names: Vec<&str> = rows
+        .get("quorumlock")
+        .map(|row| row.figures.keys().copied().collect())
+        .unwrap_or_default();
     println!(
         "\n{:<22} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "scenario", "quorumlock", "rslock", "floor", "q/rslock", "q/floor"
@@ -477,14 +544,14 @@ fn report(
             qv / fv
         );
     }
-    let q1 = q["S1 acquire p50 µs"];
+    let q1 = q("S1 acquire p50 µs");
     println!(
         "\nquorumlock S4 / S1 (acquire p50, p99; release p50, p99): {:.2} {:.2} {:.2} {:.2}; S5 / S1 acquire p50: {:.2}",
-        q["S4 acquire p50 µs"] / q1,
-        q["S4 acquire p99 µs"] / q["S1 acquire p99 µs"],
-        q["S4 release p50 µs"] / q["S1 release p50 µs"],
-        q["S4 release p99 µs"] / q["S1 release p99 µs"],
-        q["S5 acquire p50 µs"] / q1,
+        q("S4 acquire p50 µs") / q1,
+        q("S4 acquire p99 µs") / q("S1 acquire p99 µs"),
+        q("S4 release p50 µs") / q("S1 release p50 µs"),
+        q("S4 release p99 µs") / q("S1 release p99 µs"),
+        q("S5 acquire p50 µs") / q1,
     );
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/peers");
     let _ = std::fs::create_dir_all(&dir);

@@ -19,9 +19,10 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::clock::Stamp;
 use crate::core::ttl_millis;
 use crate::error::{Error, NodeError, NodeOutcome};
-use crate::fanout::{End, QuorumRound, quorum_round};
+use crate::fanout::{End, QuorumRound, fan_out, quorum_round};
 use crate::guard::{HeldLock, LockGuard, Services};
 use crate::keys::{Entry, KeySet};
 use crate::lease::{Grant, Hold, Lease};
@@ -102,6 +103,103 @@ impl Services {
         )
         .await;
         self.decide(request, entry, &mut round, false).await
+    }
+
+    /// An attempt after losing to contention, through a *gate*: the first
+    /// healthy node in configuration order is asked alone, and only if it
+    /// does not refuse are the others asked. Waiters in other processes
+    /// that wake on the same release notice all ask the gate first; it
+    /// lets one through, so they no longer split the nodes between them
+    /// (a split leaves no one a quorum and costs every one of them a full
+    /// round and its rollback). Refused at the gate, an attempt has
+    /// written nothing and costs one script call.
+    ///
+    /// Same safety as [`attempt`](Self::attempt): the gate's answer is one
+    /// vote of the same round, stamped before the gate was asked, so the
+    /// validity counts both steps. Without a healthy node to act as gate,
+    /// a plain attempt.
+    pub(crate) async fn attempt_gated(
+        self: &Arc<Self>,
+        request: &Request,
+    ) -> Result<LockGuard, Error> {
+        let core = &self.core;
+        let Some(gate) = core
+            .nodes
+            .iter()
+            .position(|n| n.is_connected() && !n.is_suspect())
+        else {
+            return self.attempt(request).await;
+        };
+        let span = tracing::debug_span!(
+            "attempt",
+            key = %request.keys,
+            nodes = core.nodes.len(),
+            gate,
+            won = Empty,
+            elapsed_us = Empty,
+            validity_ms = Empty,
+        );
+        async {
+            let entry = request.entry();
+            let ttl_ms = ttl_millis(request.ttl);
+            bump(&core.counters.attempts);
+            let n = core.nodes.len();
+            let mut round = QuorumRound::new(n, core.required(), Stamp::now());
+            let gate_reply = tokio::time::timeout(
+                core.config.node_timeout,
+                core.nodes[gate].acquire(entry.clone(), ttl_ms),
+            )
+            .await;
+            match gate_reply {
+                // Refused: nothing was written anywhere.
+                Ok(Ok(AcquireReply::Held { pttl })) => {
+                    round.record(gate, Ok(AcquireReply::Held { pttl }), AcquireReply::vote);
+                    round.finish(End::Decided);
+                    return Err(self.refused_at_gate(&entry, &mut round, pttl));
+                }
+                Ok(reply) => {
+                    if round.record(gate, reply, AcquireReply::vote) {
+                        round.finish(End::Decided);
+                        return self.decide(request, entry, &mut round, false).await;
+                    }
+                }
+                // No answer in time: the gate's call was dropped, and its
+                // node may still run it; the round goes on without its
+                // vote, and a rollback will reach it (no reply: may carry).
+                Err(_) => core.count_timeout(&core.nodes[gate]),
+            }
+            let others: Vec<usize> = (0..n).filter(|&i| i != gate).collect();
+            let (end, unfinished) = fan_out(
+                others.len(),
+                Instant::now() + core.config.node_timeout,
+                |j| core.nodes[others[j]].acquire(entry.clone(), ttl_ms),
+                |j, reply| round.record(others[j], reply, AcquireReply::vote),
+            )
+            .await;
+            drop(unfinished);
+            round.finish(end);
+            self.decide(request, entry, &mut round, false).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The refusal of an attempt that the gate turned away: contended, and
+    /// free once the gate's holder's TTL runs out at the earliest.
+    fn refused_at_gate(
+        &self,
+        entry: &Entry,
+        round: &mut QuorumRound<AcquireReply>,
+        pttl: Option<Duration>,
+    ) -> Error {
+        let core = &self.core;
+        bump(&core.counters.contended);
+        telemetry::attempt(Outcome::Contended, round.elapsed);
+        Error::Contended {
+            key: entry.keys.to_string(),
+            free_in: pttl,
+            nodes: core.reports(&mut round.replies, End::Decided),
+        }
     }
 
     /// The waiter's side of a handoff: tallies the answers a releasing

@@ -727,9 +727,11 @@ impl LockConfigBuilder {
     /// ```no_run
     /// use quorumlock::{LockConfig, SentinelNode};
     ///
-    /// let sentinels = |zone: &str| {
-    ///     (1..=3).map(move |i| format!("redis://sentinel-{i}.{zone}.internal:26379"))
-    /// };
+    /// fn sentinels(zone: &str) -> Vec<String> {
+    ///     (1..=3)
+    ///         .map(|i| format!("redis://sentinel-{i}.{zone}.internal:26379"))
+    ///         .collect()
+    /// }
     /// let config = LockConfig::builder()
     ///     .sentinel_node(SentinelNode::new("locks-a", sentinels("a")))
     ///     .sentinel_node(SentinelNode::new("locks-b", sentinels("b")))

@@ -657,9 +657,12 @@ impl MultiLock {
             // attempt that would find the name taken or handed over.
             let backoff = retry.delay(1, rand::random::<f64>());
             let pause = Instant::now();
-            woken = waiting.wait(None, backoff, budget_end, next()).await;
+            woken = waiting.wait(None, backoff, budget_end, next(), true).await;
             *waited += pause.elapsed();
         }
+        // Lost to contention last time: the next attempt goes through the
+        // gate, so that waiters woken together do not split the nodes.
+        let mut contended = false;
         loop {
             attempts += 1;
             // Marked before the attempt: a release announced while it runs
@@ -669,6 +672,7 @@ impl MultiLock {
                 Woken::HandedOver { entry, first, rest } => {
                     services.handed_over(request, entry, first, rest).await
                 }
+                Woken::Retry if contended => services.attempt_gated(request).await,
                 Woken::Retry => services.attempt(request).await,
             };
             tracing::Span::current().record("attempts", attempts);
@@ -677,6 +681,7 @@ impl MultiLock {
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
             };
+            contended = matches!(error, Error::Contended { .. });
             let now = Instant::now();
             let out_of_attempts = retry.max_attempts().is_some_and(|max| attempts >= max);
             if out_of_attempts || now >= budget_end {
@@ -688,9 +693,12 @@ impl MultiLock {
                 });
             }
             let backoff = retry.delay(attempts, rand::random::<f64>());
+            // Lost a race that a release notice started: sit the next
+            // notice out (see `Waiter::wait`).
+            let listen = !(contended && waiting.woke_on_notice());
             let pause = Instant::now();
             woken = waiting
-                .wait(Some(&error), backoff, budget_end, next())
+                .wait(Some(&error), backoff, budget_end, next(), listen)
                 .await;
             *waited += pause.elapsed();
         }

@@ -170,6 +170,7 @@ impl Wake {
             registration: None,
             seen: Vec::new(),
             turn: None,
+            woke_on_notice: false,
         }
     }
 
@@ -293,6 +294,9 @@ pub(crate) struct Waiter<'a> {
     /// The notice counts of each name as of the last attempt.
     seen: Vec<Box<[u64]>>,
     turn: Option<OwnedMutexGuard<()>>,
+    /// Whether the last sleep ended on release notices (not on its timer
+    /// or a handoff).
+    woke_on_notice: bool,
 }
 
 struct Registration<'a> {
@@ -327,14 +331,23 @@ impl Waiter<'_> {
     /// `next` is the entry the waiter would take next (one name only): while
     /// it sleeps with its turn, a release by this lock service may take the
     /// name for it, and the wait ends with [`Woken::HandedOver`].
+    ///
+    /// `listen`: whether release notices end the sleep. A waiter that woke
+    /// on a notice and lost the race for the name to contenders of other
+    /// processes sleeps its jittered backoff once without listening: every
+    /// waiter hears a notice at the same moment, and a herd that races on
+    /// each one splits the nodes and spends its CPU on rounds and rollbacks
+    /// that nobody wins (a handoff by this lock service still ends it).
     pub(crate) async fn wait(
         &mut self,
         error: Option<&Error>,
         backoff: Duration,
         budget_end: Instant,
         next: Option<Entry>,
+        listen: bool,
     ) -> Woken {
         let wake = self.wake;
+        self.woke_on_notice = false;
         if !wake.enabled {
             tokio::time::sleep_until(instant_in(backoff).min(budget_end)).await;
             return Woken::Retry;
@@ -360,8 +373,17 @@ impl Waiter<'_> {
                 .filter(|r| matches!(r.outcome, NodeOutcome::Won))
                 .count()
         });
-        let needed = wake.required.saturating_sub(won).max(1);
+        let needed = if listen {
+            wake.required.saturating_sub(won).max(1)
+        } else {
+            usize::MAX
+        };
         self.sleep_until_notice(until, needed, next).await
+    }
+
+    /// Whether the last [`wait`](Self::wait) ended on release notices.
+    pub(crate) fn woke_on_notice(&self) -> bool {
+        self.woke_on_notice
     }
 
     /// Takes this waiter's turn among the waiters of this lock service,
@@ -448,6 +470,7 @@ impl Waiter<'_> {
                 Step::Notice => {
                     if quorum_announced(&registration.notices, &self.seen, needed) {
                         bump(&self.counters.woken);
+                        self.woke_on_notice = true;
                         break Woken::Retry;
                     }
                 }

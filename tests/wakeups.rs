@@ -354,3 +354,52 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
         .release()
         .await;
 }
+
+/// After an attempt lost to contention, each retry asks the gate (the
+/// first healthy node) alone, and the others only if it did not refuse:
+/// a held name costs a waiting process one script call per retry, not one
+/// per node, so waiters of several processes woken by one release notice
+/// do not split the nodes between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_after_contention_ask_the_gate_alone() {
+    let testbed = common::start_recording(5);
+    let holder = common::connected(common::lock(&testbed)).await;
+    let waiter = common::connected(common::lock_with(&testbed, |b| {
+        b.wake_ups(false).retry(
+            RetryPolicy::default()
+                .with_max_attempts(4)
+                .with_base_delay(Duration::from_millis(1))
+                .with_max_delay(Duration::from_millis(5)),
+        )
+    }))
+    .await;
+    let guard = holder.try_acquire("gated").await.expect("free");
+    common::wait_for("the key on every node", Duration::from_secs(2), || {
+        common::values(&testbed, "gated")
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
+    match waiter
+        .acquire("gated", Wait::up_to(Duration::from_secs(10)))
+        .await
+    {
+        Err(quorumlock::Error::WaitBudgetExhausted { attempts: 4, .. }) => {}
+        other => panic!("expected 4 refused attempts, got {other:?}"),
+    }
+    let acquires = |node: &RedisNode| {
+        common::script_calls(node, "gated")
+            .iter()
+            .filter(|(_, call)| *call == common::ScriptCall::Acquire)
+            .count()
+    };
+    let nodes = testbed.nodes();
+    // The holder's acquire, then the waiter's: 4 at the gate, at most 1
+    // elsewhere (its first attempt asked every node; one decided before a
+    // request was written skips it).
+    assert_eq!(acquires(&nodes[0]), 1 + 4);
+    for node in &nodes[1..] {
+        assert!(acquires(node) <= 1 + 1, "{}", node.url());
+    }
+    guard.release().await;
+}

@@ -168,9 +168,17 @@ fn slowlog(node: &RedisNode, count: usize) -> Vec<(u64, Vec<String>)> {
         .collect()
 }
 
-/// The library's scripts, as it sends them.
-const RENEW_SCRIPT: &str = include_str!("../../src/scripts/renew.lua");
-const ACQUIRE_SCRIPT: &str = include_str!("../../src/scripts/acquire.lua");
+/// The library's scripts, as it sends them: every vote script starts with
+/// the epoch check (`src/scripts.rs`). (These once named the bodies alone,
+/// which made every acquire and renewal invisible to the helpers below.)
+const RENEW_SCRIPT: &str = concat!(
+    include_str!("../../src/scripts/epoch.lua"),
+    include_str!("../../src/scripts/renew.lua")
+);
+const ACQUIRE_SCRIPT: &str = concat!(
+    include_str!("../../src/scripts/epoch.lua"),
+    include_str!("../../src/scripts/acquire.lua")
+);
 const RELEASE_SCRIPT: &str = include_str!("../../src/scripts/release.lua");
 
 /// Whether slowlog args are a call of `body` (by SHA, or by the body's

@@ -109,8 +109,13 @@ pub(crate) async fn rollback(
 pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseReport {
     // Only over connections that are up: a handoff call still waiting for
     // its connection could be sent after the waiter's rollback and take the
-    // name for nobody. The waiter then retries on the release notice.
-    if core.nodes.iter().all(|n| n.is_connected())
+    // name for nobody. The waiter then retries on the release notice. Nor
+    // with a suspect node: a handoff waits for every node (the waiter's
+    // answers come through it), and a plain release does not wait for one.
+    if core
+        .nodes
+        .iter()
+        .all(|n| n.is_connected() && !n.is_suspect())
         && let Some(next) = wake.take_handoff(&entry.keys)
     {
         // Stamped before anything is sent: the waiter's validity counts

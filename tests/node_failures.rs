@@ -206,6 +206,49 @@ async fn a_paused_node_costs_releases_one_node_timeout_in_all() {
         1,
         "the first release waited out the node timeout"
     );
+    // With a waiter of the same lock service: no handoff while a node is
+    // suspect (a handoff waits for every node's answer), so the release
+    // does not wait either; the waiter takes the name on its notice.
+    let held = lock.try_acquire("paused").await.expect("4 of 5");
+    let contended = lock.stats().contended;
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            lock.acquire("paused", quorumlock::Wait::up_to(Duration::from_secs(10)))
+                .await
+        })
+    };
+    // Asleep with its handoff offer once it has subscribed (it offers
+    // right after, without awaiting anything).
+    common::wait_for(
+        "the waiter to sleep on the name",
+        Duration::from_secs(5),
+        || {
+            lock.stats().contended > contended && {
+                let mut conn = testbed.node(0).connection().expect("inspect node 0");
+                let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg("quorumlock:released:paused")
+                    .query(&mut conn)
+                    .expect("PUBSUB NUMSUB");
+                subscribers == 1
+            }
+        },
+    )
+    .await;
+    held.release().await;
+    let next = waiter
+        .await
+        .expect("waiter task")
+        .expect("the waiter takes it");
+    next.release().await;
+    assert_eq!(timeouts(), 1, "neither release waited for the paused node");
+    assert_eq!(
+        lock.stats().handoffs,
+        0,
+        "no handoff while a node is suspect"
+    );
+
     for _ in 0..20 {
         let report = lock
             .try_acquire("paused")

@@ -344,10 +344,14 @@ fn worker(kind: &str) {
 
 #[derive(Default)]
 struct Row {
-    figures: BTreeMap<&'static str, f64>,
+    figures: BTreeMap<String, f64>,
 }
 
 impl Row {
+    fn set(&mut self, name: &str, value: f64) {
+        self.figures.insert(name.to_owned(), value);
+    }
+
     /// p50 and p99 of sorted acquire and release latencies, in µs, as
     /// `"<scenario> acquire p50 µs"` and so on.
     fn record_latencies(
@@ -358,9 +362,10 @@ impl Row {
     ) {
         for (what, samples) in [("acquire", acquire), ("release", release)] {
             for (label, p) in [("p50", 0.5), ("p99", 0.99)] {
-                let name: &'static str =
-                    Box::leak(format!("{scenario} {what} {label} µs").into_boxed_str());
-                self.figures.insert(name, micros(percentile(samples, p)));
+                self.set(
+                    &format!("{scenario} {what} {label} µs"),
+                    micros(percentile(samples, p)),
+                );
             }
         }
     }
@@ -420,23 +425,22 @@ fn main() {
             let cpu_before = (cpu_time("self"), server_cpu(&server_pids));
             let rate = throughput(client, 32, window).await;
             let ops = rate * window.as_secs_f64();
-            row.figures.insert("S2 ops/s", rate);
-            row.figures.insert(
+            row.set("S2 ops/s", rate);
+            row.set(
                 "S2 client CPU µs/op",
                 micros(cpu_time("self") - cpu_before.0) / ops,
             );
-            row.figures.insert(
+            row.set(
                 "S2 server CPU µs/op",
                 micros(server_cpu(&server_pids) - cpu_before.1) / ops,
             );
             let (rate, counts) = contention(client, 8, window).await;
-            row.figures.insert("S3 acq/s", rate);
+            row.set("S3 acq/s", rate);
             let (max, min) = (
                 counts.iter().max().copied().unwrap_or(0),
                 counts.iter().min().copied().unwrap_or(0),
             );
-            row.figures
-                .insert("S3 max/min", max as f64 / min.max(1) as f64);
+            row.set("S3 max/min", max as f64 / min.max(1) as f64);
         });
     }
     for kind in kinds.iter().filter(|_| want("s3sep")) {
@@ -445,8 +449,8 @@ fn main() {
         let rate = contention_separate(kind, &urls, window);
         let cpu = children_cpu() + server_cpu(&server_pids) - before;
         let row = rows.entry(kind).or_default();
-        row.figures.insert("s3sep acq/s", rate);
-        row.figures.insert(
+        row.set("s3sep acq/s", rate);
+        row.set(
             "s3sep CPU µs/acq",
             micros(cpu) / (rate * window.as_secs_f64()),
         );
@@ -462,7 +466,7 @@ fn main() {
         let row = rows.entry(client.name()).or_default();
         runtime.block_on(async {
             let (acquire, release) = latencies_within(client, 300, S_FAULT_BUDGET).await;
-            row.figures.insert("S4 rounds", acquire.len() as f64);
+            row.set("S4 rounds", acquire.len() as f64);
             row.record_latencies("S4", &acquire, &release);
             s4_samples.insert(client.name(), acquire);
         });
@@ -475,8 +479,7 @@ fn main() {
         let row = rows.entry(client.name()).or_default();
         runtime.block_on(async {
             let (acquire, _) = latencies_within(client, 300, S_FAULT_BUDGET).await;
-            row.figures
-                .insert("S5 acquire p50 µs", micros(percentile(&acquire, 0.5)));
+            row.set("S5 acquire p50 µs", micros(percentile(&acquire, 0.5)));
         });
     }
     report(&rows, &s1_samples, &s4_samples);
@@ -525,14 +528,14 @@ fn report(
     let q = |name: &str| q.get(name).copied().unwrap_or(f64::NAN);
     let names: Vec<&str> = rows
         .get("quorumlock")
-        .map(|row| row.figures.keys().copied().collect())
+        .map(|row| row.figures.keys().map(String::as_str).collect())
         .unwrap_or_default();
     println!(
         "\n{:<22} {:>12} {:>12} {:>12} {:>10} {:>10}",
         "scenario", "quorumlock", "rslock", "floor", "q/rslock", "q/floor"
     );
     for name in &names {
-        let get = |kind: &str| rows[kind].figures.get(name).copied().unwrap_or(f64::NAN);
+        let get = |kind: &str| rows[kind].figures.get(*name).copied().unwrap_or(f64::NAN);
         let (qv, rv, fv) = (get("quorumlock"), get("rslock"), get("floor"));
         println!(
             "{:<22} {:>12.1} {:>12.1} {:>12.1} {:>10.3} {:>10.3}",

@@ -22,7 +22,7 @@ use tracing::field::Empty;
 use crate::clock::Stamp;
 use crate::core::ttl_millis;
 use crate::error::{Error, NodeError, NodeOutcome};
-use crate::fanout::{End, QuorumRound, fan_out, quorum_round};
+use crate::fanout::{End, QuorumRound};
 use crate::guard::{HeldLock, LockGuard, Services};
 use crate::keys::{Entry, KeySet};
 use crate::lease::{Grant, Hold, Lease};
@@ -76,33 +76,9 @@ impl Request {
 
 impl Services {
     /// One acquire attempt: fan out, decide, then a guard or a rollback,
-    /// in an `acquire` span that records the outcome.
+    /// in an `attempt` span that records the outcome.
     pub(crate) async fn attempt(self: &Arc<Self>, request: &Request) -> Result<LockGuard, Error> {
-        let span = tracing::debug_span!(
-            "attempt",
-            key = %request.keys,
-            nodes = self.core.nodes.len(),
-            won = Empty,
-            elapsed_us = Empty,
-            validity_ms = Empty,
-        );
-        self.attempt_in_span(request).instrument(span).await
-    }
-
-    async fn attempt_in_span(self: &Arc<Self>, request: &Request) -> Result<LockGuard, Error> {
-        let core = &self.core;
-        let entry = request.entry();
-        let ttl_ms = ttl_millis(request.ttl);
-        bump(&core.counters.attempts);
-        let mut round = quorum_round(
-            core.nodes.len(),
-            core.required(),
-            core.config.node_timeout,
-            |i| core.nodes[i].acquire(entry.clone(), ttl_ms),
-            AcquireReply::vote,
-        )
-        .await;
-        self.decide(request, entry, &mut round, false).await
+        self.attempt_through(request, None).await
     }
 
     /// An attempt after losing to contention, through a *gate*: the first
@@ -122,35 +98,41 @@ impl Services {
         self: &Arc<Self>,
         request: &Request,
     ) -> Result<LockGuard, Error> {
-        let core = &self.core;
-        let Some(gate) = core
-            .nodes
-            .iter()
-            .position(|n| n.is_connected() && !n.is_suspect())
-        else {
-            return self.attempt(request).await;
-        };
+        let gate = self.core.nodes.iter().position(|n| n.is_healthy());
+        self.attempt_through(request, gate).await
+    }
+
+    async fn attempt_through(
+        self: &Arc<Self>,
+        request: &Request,
+        gate: Option<usize>,
+    ) -> Result<LockGuard, Error> {
         let span = tracing::debug_span!(
             "attempt",
             key = %request.keys,
-            nodes = core.nodes.len(),
+            nodes = self.core.nodes.len(),
             gate,
             won = Empty,
             elapsed_us = Empty,
             validity_ms = Empty,
         );
-        async {
-            let entry = request.entry();
-            let ttl_ms = ttl_millis(request.ttl);
-            bump(&core.counters.attempts);
-            let n = core.nodes.len();
-            let mut round = QuorumRound::new(n, core.required(), Stamp::now());
-            let gate_reply = tokio::time::timeout(
-                core.config.node_timeout,
-                core.nodes[gate].acquire(entry.clone(), ttl_ms),
-            )
-            .await;
-            match gate_reply {
+        self.attempt_in_span(request, gate).instrument(span).await
+    }
+
+    async fn attempt_in_span(
+        self: &Arc<Self>,
+        request: &Request,
+        gate: Option<usize>,
+    ) -> Result<LockGuard, Error> {
+        let core = &self.core;
+        let entry = request.entry();
+        let ttl_ms = ttl_millis(request.ttl);
+        bump(&core.counters.attempts);
+        let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
+        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms);
+        if let Some(gate) = gate {
+            let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
+            match reply {
                 // Refused: nothing was written anywhere.
                 Ok(Ok(AcquireReply::Held { pttl })) => {
                     round.record(gate, Ok(AcquireReply::Held { pttl }), AcquireReply::vote);
@@ -168,20 +150,11 @@ impl Services {
                 // vote, and a rollback will reach it (no reply: may carry).
                 Err(_) => core.count_timeout(&core.nodes[gate]),
             }
-            let others: Vec<usize> = (0..n).filter(|&i| i != gate).collect();
-            let (end, unfinished) = fan_out(
-                others.len(),
-                Instant::now() + core.config.node_timeout,
-                |j| core.nodes[others[j]].acquire(entry.clone(), ttl_ms),
-                |j, reply| round.record(others[j], reply, AcquireReply::vote),
-            )
-            .await;
-            drop(unfinished);
-            round.finish(end);
-            self.decide(request, entry, &mut round, false).await
         }
-        .instrument(span)
-        .await
+        round
+            .ask(gate, core.config.node_timeout, acquire, AcquireReply::vote)
+            .await;
+        self.decide(request, entry, &mut round, false).await
     }
 
     /// The refusal of an attempt that the gate turned away: contended, and

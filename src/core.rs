@@ -161,7 +161,7 @@ impl Core {
     }
 
     /// Counts a call to `node` that went unanswered for the node timeout,
-    /// and marks the node suspect ([`Node::is_suspect`]).
+    /// and marks the node suspect ([`Node::readiness`]).
     pub(crate) fn count_timeout(&self, node: &Node) {
         bump(&node.counters.timeouts);
         telemetry::node_timeout(node.name());

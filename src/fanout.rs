@@ -180,16 +180,41 @@ where
     Fut: Future<Output = Result<T, NodeError>>,
 {
     let mut round = QuorumRound::new(n, required, Stamp::now());
-    let (end, unfinished) = fan_out(n, Instant::now() + node_timeout, call, |i, reply| {
-        round.record(i, reply, &vote)
-    })
-    .await;
-    drop(unfinished);
-    round.finish(end);
+    round.ask(None, node_timeout, call, vote).await;
     round
 }
 
 impl<T> QuorumRound<T> {
+    /// Sends `call(i)` to every node of the round but `asked` (one already
+    /// asked on its own, see `acquire::attempt_gated`) and tallies the
+    /// replies until the round is decided or `node_timeout` has passed;
+    /// then marks it ended. Unfinished calls are dropped.
+    pub(crate) async fn ask<Fut>(
+        &mut self,
+        asked: Option<usize>,
+        node_timeout: Duration,
+        mut call: impl FnMut(usize) -> Fut,
+        vote: impl Fn(&T) -> Vote,
+    ) where
+        Fut: Future<Output = Result<T, NodeError>>,
+    {
+        // Fan-out slot j is node j, or j + 1 from the one already asked on.
+        let node = |j: usize| match asked {
+            Some(a) if j >= a => j + 1,
+            _ => j,
+        };
+        let targets = self.votes.len() - usize::from(asked.is_some());
+        let (end, unfinished) = fan_out(
+            targets,
+            Instant::now() + node_timeout,
+            |j| call(node(j)),
+            |j, reply| self.record(node(j), reply, &vote),
+        )
+        .await;
+        drop(unfinished);
+        self.finish(end);
+    }
+
     /// A round over `n` nodes that needs `required` wins, started (before
     /// the first request left) at `start`.
     pub(crate) fn new(n: usize, required: usize, start: Stamp) -> QuorumRound<T> {

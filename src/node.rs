@@ -66,7 +66,7 @@ enum Slot {
 ///
 /// It also remembers whether a call on the connection went unanswered for
 /// the node timeout with no reply since: such a node is *suspect*, and a
-/// release does not wait for it (see [`Node::is_suspect`]).
+/// release does not wait for it (see [`Node::readiness`]).
 #[derive(Default)]
 struct Liveness {
     generation: u64,
@@ -119,6 +119,16 @@ const MAX_UNANSWERED_WHEN_SUSPECT: u32 = 64;
 /// a row, up to [`MAX_CONNECT_BACKOFF`], and starts over after a success.
 const MIN_CONNECT_BACKOFF: Duration = Duration::from_millis(25);
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// See [`Node::readiness`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// No connection up: a call connects first.
+    Disconnected,
+    /// Connected, but a call timed out and nothing has answered since.
+    Suspect,
+    Healthy,
+}
 
 /// A node of the lock: one Redis master.
 pub(crate) struct Node {
@@ -293,12 +303,27 @@ impl Node {
         &self.name
     }
 
-    /// Whether the node's connection is up (commands queue on first poll).
-    pub(crate) fn is_connected(&self) -> bool {
-        matches!(
-            *self.slot.lock().unwrap_or_else(PoisonError::into_inner),
-            Slot::Ready { .. }
-        )
+    /// What a round may expect of the node now: whether its connection is
+    /// up (commands queue on first poll), and if so whether it is suspect:
+    /// a call to it timed out and nothing has answered on its connection
+    /// since (a paused, overloaded or cut-off server). A release sends to a
+    /// suspect node but does not wait for it. A node that answers again is
+    /// at once no longer suspect.
+    pub(crate) fn readiness(&self) -> Readiness {
+        let Some(generation) = self.ready_generation() else {
+            return Readiness::Disconnected;
+        };
+        let liveness = self.liveness();
+        if liveness.generation == generation && liveness.timed_out {
+            Readiness::Suspect
+        } else {
+            Readiness::Healthy
+        }
+    }
+
+    /// Connected and not suspect.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.readiness() == Readiness::Healthy
     }
 
     /// Records that a call to this node went unanswered for the node
@@ -309,17 +334,6 @@ impl Node {
             liveness.on(generation);
             liveness.timed_out = true;
         }
-    }
-
-    /// Whether a call to this node timed out and nothing has answered on
-    /// its connection since (a paused, overloaded or cut-off server): a
-    /// release sends to it but does not wait for it. A healthy node is
-    /// never suspect, and one that answers again is at once no longer.
-    pub(crate) fn is_suspect(&self) -> bool {
-        self.ready_generation().is_some_and(|generation| {
-            let liveness = self.liveness();
-            liveness.generation == generation && liveness.timed_out
-        })
     }
 
     fn ready_generation(&self) -> Option<u64> {

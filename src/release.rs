@@ -19,7 +19,7 @@ use crate::core::Core;
 use crate::error::NodeError;
 use crate::fanout::{End, fan_out, fan_out_announcing};
 use crate::keys::Entry;
-use crate::node::{AcquireReply, ReleaseReply};
+use crate::node::{AcquireReply, Readiness, ReleaseReply};
 use crate::stats::bump;
 use crate::wake::{Handoff, HandoffEvent, Wake};
 
@@ -107,15 +107,13 @@ pub(crate) async fn rollback(
 /// answer up to the node timeout; hands the name over to a waiter of this
 /// lock service when one sleeps on it.
 pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseReport {
+    let readiness: Vec<Readiness> = core.nodes.iter().map(|n| n.readiness()).collect();
     // Only over connections that are up: a handoff call still waiting for
     // its connection could be sent after the waiter's rollback and take the
     // name for nobody. The waiter then retries on the release notice. Nor
     // with a suspect node: a handoff waits for every node (the waiter's
     // answers come through it), and a plain release does not wait for one.
-    if core
-        .nodes
-        .iter()
-        .all(|n| n.is_connected() && !n.is_suspect())
+    if readiness.iter().all(|r| *r == Readiness::Healthy)
         && let Some(next) = wake.take_handoff(&entry.keys)
     {
         // Stamped before anything is sent: the waiter's validity counts
@@ -129,36 +127,23 @@ pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseR
         }
     }
     bump(&core.counters.released);
-    let mut tally = ReleaseTally::new(core.nodes.len());
     // A suspect node (its last call timed out, nothing answered since) is
     // sent the release like every node but not waited for: a paused node
     // then costs one node timeout in all, not one per release.
-    let awaited: Vec<bool> = core.nodes.iter().map(|n| !n.is_suspect()).collect();
-    let mut waiting = awaited.iter().filter(|a| **a).count();
-    let deadline = if waiting == 0 {
-        Instant::now()
-    } else {
-        Instant::now() + core.config.node_timeout
-    };
+    let mut tally = ReleaseTally::new(readiness.iter().map(|r| *r != Readiness::Suspect));
     let (end, unfinished) = fan_out_announcing(
         core.nodes.len(),
-        deadline,
+        tally.deadline(core),
         |i| core.nodes[i].release(entry.clone(), true),
         // Queued on every node: a waiter of this lock service may attempt
         // now, its requests run after the release.
         || wake.released(&entry.keys),
-        |i, reply| {
-            tally.record(i, reply);
-            if awaited[i] {
-                waiting -= 1;
-            }
-            waiting == 0
-        },
+        |i, reply| tally.record(i, reply),
     )
     .await;
     // A release must reach every node, also one slower than the deadline.
     unfinished.finish_in_background(core.background_bound(), "release");
-    tally.finish_skipping(core, end, &awaited)
+    tally.finish(core, end)
 }
 
 /// [`release`] that takes the name for the next waiter of this lock
@@ -169,7 +154,7 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
     bump(&core.counters.handoffs);
     let n = core.nodes.len();
     let ttl_ms = core.ttl_ms();
-    let mut tally = ReleaseTally::new(n);
+    let mut tally = ReleaseTally::new((0..n).map(|_| true));
     let mut waiter_gone = false;
     let events = &next.events;
     let (end, unfinished) = fan_out(
@@ -181,7 +166,8 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
                 Ok((released, acquired)) => (Ok(released), acquired),
                 Err(e) => (Err(e.clone()), Err(e)),
             };
-            tally.record(i, released);
+            // Every answer is forwarded: the round goes on to the end.
+            let _ = tally.record(i, released);
             waiter_gone |= events.send(HandoffEvent::Reply(i, acquired)).is_err();
             false
         },
@@ -241,11 +227,27 @@ pub(crate) async fn force_release(
 /// A release round's answers, counted into its report.
 struct ReleaseTally {
     report: ReleaseReport,
-    answered: Vec<bool>,
+    nodes: Vec<Awaiting>,
+    /// Awaited nodes that have not answered yet.
+    waiting: usize,
+}
+
+/// Where one node of a release round stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Awaiting {
+    /// Its answer is waited for, up to the node timeout.
+    Yes,
+    /// A suspect node: sent the release, not waited for.
+    No,
+    Answered,
 }
 
 impl ReleaseTally {
-    fn new(n: usize) -> ReleaseTally {
+    /// A round over one node per item, waiting for those that are `true`.
+    fn new(awaited: impl Iterator<Item = bool>) -> ReleaseTally {
+        let nodes: Vec<Awaiting> = awaited
+            .map(|a| if a { Awaiting::Yes } else { Awaiting::No })
+            .collect();
         ReleaseTally {
             report: ReleaseReport {
                 released: 0,
@@ -254,12 +256,25 @@ impl ReleaseTally {
                 failed: Vec::new(),
                 was_held: false,
             },
-            answered: vec![false; n],
+            waiting: nodes.iter().filter(|a| **a == Awaiting::Yes).count(),
+            nodes,
         }
     }
 
-    fn record(&mut self, i: usize, reply: Result<ReleaseReply, NodeError>) {
-        self.answered[i] = true;
+    /// Now when no node is waited for, else the node timeout from now.
+    fn deadline(&self, core: &Core) -> Instant {
+        if self.waiting == 0 {
+            Instant::now()
+        } else {
+            Instant::now() + core.config.node_timeout
+        }
+    }
+
+    /// Counts node `i`'s answer; `true` once every awaited node answered.
+    fn record(&mut self, i: usize, reply: Result<ReleaseReply, NodeError>) -> bool {
+        if std::mem::replace(&mut self.nodes[i], Awaiting::Answered) == Awaiting::Yes {
+            self.waiting -= 1;
+        }
         let report = &mut self.report;
         match reply {
             Ok(ReleaseReply::Freed) => report.released += 1,
@@ -270,33 +285,20 @@ impl ReleaseTally {
             Ok(ReleaseReply::NotOurs) => report.not_held += 1,
             Err(e) => report.failed.push(e),
         }
+        self.waiting == 0
     }
 
-    /// The report; nodes that did not answer by the deadline count as
-    /// timed out.
+    /// The report: awaited nodes that did not answer by the deadline count
+    /// as timed out; suspect ones that had not answered, as not waited for
+    /// (their release goes on in the background).
     fn finish(mut self, core: &Core, end: End) -> ReleaseReport {
-        if end == End::DeadlinePassed {
-            for (node, _) in core.nodes.iter().zip(&self.answered).filter(|(_, a)| !**a) {
-                self.report.failed.push(core.timeout_error(node));
-            }
-        }
-        self.report
-    }
-
-    /// [`finish`](Self::finish) for a round that did not wait for the
-    /// nodes not `awaited`: those that had not answered are reported as
-    /// not waited for (their release goes on in the background).
-    fn finish_skipping(mut self, core: &Core, end: End, awaited: &[bool]) -> ReleaseReport {
-        for ((node, answered), awaited) in core.nodes.iter().zip(&self.answered).zip(awaited) {
-            if *answered {
-                continue;
-            }
-            if *awaited {
-                if end == End::DeadlinePassed {
+        for (node, awaiting) in core.nodes.iter().zip(&self.nodes) {
+            match awaiting {
+                Awaiting::Yes if end == End::DeadlinePassed => {
                     self.report.failed.push(core.timeout_error(node));
                 }
-            } else {
-                self.report.failed.push(core.not_waited_for(node));
+                Awaiting::No => self.report.failed.push(core.not_waited_for(node)),
+                _ => {}
             }
         }
         self.report

@@ -29,12 +29,7 @@ async fn a_holder_elsewhere_learns_at_its_next_renewal_and_the_key_stays_gone() 
     let deadline = guard.deadline();
     // The acquire decided at its quorum; its request to the third node
     // lands right after.
-    common::wait_for("the key on every node", Duration::from_secs(2), || {
-        common::values(&testbed, "nightly")
-            .iter()
-            .all(Option::is_some)
-    })
-    .await;
+    common::wait_until_everywhere(&testbed, "nightly").await;
 
     let found = operator.force_release("nightly").await;
     assert_eq!(found.iter().filter(|r| matches!(r, Ok(true))).count(), 3);
@@ -79,12 +74,7 @@ async fn a_paused_node_is_reported_as_timed_out_and_does_not_hang_the_call() {
     }))
     .await;
     let guard = operator.try_acquire("nightly").await.expect("free");
-    common::wait_for("the key on every node", Duration::from_secs(2), || {
-        common::values(&testbed, "nightly")
-            .iter()
-            .all(Option::is_some)
-    })
-    .await;
+    common::wait_until_everywhere(&testbed, "nightly").await;
     testbed.node_mut(2).pause().expect("pause");
     // Bounded by the node timeout; the outer bound only keeps a broken
     // build from hanging the suite.

@@ -224,15 +224,8 @@ async fn a_paused_node_costs_releases_one_node_timeout_in_all() {
         "the waiter to sleep on the name",
         Duration::from_secs(5),
         || {
-            lock.stats().contended > contended && {
-                let mut conn = testbed.node(0).connection().expect("inspect node 0");
-                let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg("quorumlock:released:paused")
-                    .query(&mut conn)
-                    .expect("PUBSUB NUMSUB");
-                subscribers == 1
-            }
+            lock.stats().contended > contended
+                && common::subscribers_on(testbed.node(0), "paused") == 1
         },
     )
     .await;

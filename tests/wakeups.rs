@@ -9,19 +9,6 @@ use std::time::Duration;
 use quorumlock::{MultiLock, RetryPolicy, Wait};
 use quorumlock_testbed::{RedisNode, Restart, Testbed};
 
-const CHANNEL_PREFIX: &str = "quorumlock:released:";
-
-/// Subscribers of `key`'s release channel on one node.
-fn subscribers_on(node: &RedisNode, key: &str) -> i64 {
-    let mut conn = node.connection().expect("inspect node");
-    let reply: (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(format!("{CHANNEL_PREFIX}{key}"))
-        .query(&mut conn)
-        .expect("PUBSUB NUMSUB");
-    reply.1
-}
-
 /// Spawns `lock.acquire(name)` with a long budget, as another task.
 fn spawn_waiter(
     lock: &MultiLock,
@@ -41,7 +28,7 @@ async fn wait_subscribed(testbed: &Testbed, name: &str, count: i64, what: &str) 
         testbed
             .nodes()
             .iter()
-            .all(|n| subscribers_on(n, name) == count)
+            .all(|n| common::subscribers_on(n, name) == count)
     })
     .await;
 }
@@ -131,7 +118,7 @@ async fn waiters_share_one_subscriber_connection_per_node() {
             testbed
                 .nodes()
                 .iter()
-                .all(|n| names.iter().all(|k| subscribers_on(n, k) == 1))
+                .all(|n| names.iter().all(|k| common::subscribers_on(n, k) == 1))
         },
     )
     .await;
@@ -164,7 +151,7 @@ async fn waiters_share_one_subscriber_connection_per_node() {
             testbed
                 .nodes()
                 .iter()
-                .all(|n| names.iter().all(|k| subscribers_on(n, k) == 0))
+                .all(|n| names.iter().all(|k| common::subscribers_on(n, k) == 0))
         },
     )
     .await;
@@ -269,7 +256,7 @@ async fn the_subscriber_comes_back_after_its_node_restarts() {
     common::wait_for(
         "the subscriber to re-subscribe on the restarted node",
         Duration::from_secs(10),
-        || subscribers_on(testbed.node(0), "restarting") == 1,
+        || common::subscribers_on(testbed.node(0), "restarting") == 1,
     )
     .await;
     holder.release().await;
@@ -364,22 +351,21 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
 async fn retries_after_contention_ask_the_gate_alone() {
     let testbed = common::start_recording(5);
     let holder = common::connected(common::lock(&testbed)).await;
+    // A generous node timeout: a gate call that timed out on a loaded
+    // machine would make the gate suspect and move it to the next node.
     let waiter = common::connected(common::lock_with(&testbed, |b| {
-        b.wake_ups(false).retry(
-            RetryPolicy::default()
-                .with_max_attempts(4)
-                .with_base_delay(Duration::from_millis(1))
-                .with_max_delay(Duration::from_millis(5)),
-        )
+        b.node_timeout(Duration::from_millis(500))
+            .wake_ups(false)
+            .retry(
+                RetryPolicy::default()
+                    .with_max_attempts(4)
+                    .with_base_delay(Duration::from_millis(1))
+                    .with_max_delay(Duration::from_millis(5)),
+            )
     }))
     .await;
     let guard = holder.try_acquire("gated").await.expect("free");
-    common::wait_for("the key on every node", Duration::from_secs(2), || {
-        common::values(&testbed, "gated")
-            .iter()
-            .all(Option::is_some)
-    })
-    .await;
+    common::wait_until_everywhere(&testbed, "gated").await;
     match waiter
         .acquire("gated", Wait::up_to(Duration::from_secs(10)))
         .await

@@ -53,19 +53,18 @@ impl Script {
     }
 }
 
-/// `SET NX PX` for every key of a guard at once, all or nothing, plus:
+/// The acquires and releases of one outbox flight, in order: each acquire
+/// is `SET NX PX` for every key of a guard at once, all or nothing, plus
 /// re-entry by the same owner adds a hold, a foreign holder's PTTL is
-/// returned, and each key's fencing counter is read.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+/// returned, and each key's fencing counter is read; each release is a
+/// compare-and-delete of one hold (the key goes with its last hold, and
+/// the node announces that it is free).
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/epoch.lua"),
-        include_str!("scripts/acquire.lua")
+        include_str!("scripts/batch.lua")
     ))
 });
-/// Compare-and-delete of one hold; the key goes with its last hold, and the
-/// node announces that it is free.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 /// An operator's release of a name, whatever its owner.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_release.lua")));
@@ -118,10 +117,9 @@ pub(crate) static ADOPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/adopt.lua")));
 
 /// Every script, loaded on each new connection.
-pub(crate) fn all() -> [&'static Script; 10] {
+pub(crate) fn all() -> [&'static Script; 9] {
     [
-        &ACQUIRE,
-        &RELEASE,
+        &BATCH,
         &FORCE_RELEASE,
         &EXTEND,
         &RENEW,
@@ -144,8 +142,8 @@ mod tests {
             Script::new("return 1").sha(false),
             "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
         );
-        assert_ne!(ACQUIRE.sha(false), RELEASE.sha(false));
-        assert_ne!(ACQUIRE.sha(false), ACQUIRE.sha(true));
-        assert!(ACQUIRE.body(true).starts_with("#!lua\n"));
+        assert_ne!(BATCH.sha(false), RENEW.sha(false));
+        assert_ne!(BATCH.sha(false), BATCH.sha(true));
+        assert!(BATCH.body(true).starts_with("#!lua\n"));
     }
 }

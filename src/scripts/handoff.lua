@@ -6,10 +6,10 @@
 -- ARGV[3] next owner token, ARGV[4] its entry id, ARGV[5] TTL in ms,
 -- ARGV[6] the quarantine in ms (epoch.lua).
 -- Reply: {r, 1, value, current}: the next owner holds the key now (its
---        fencing counter as acquire.lua returns it);
+--        fencing counter as batch.lua returns an acquire's);
 --        {r, 0, pttl}: it does not (the key stays held: another hold of the
 --        releasing owner, or another owner).
--- r as in release.lua: 0 the hold was not here, 1 given back and the key
+-- r as batch.lua answers a release: 0 the hold was not here, 1 given back and the key
 -- deleted, 2 given back, the owner's other holds keep the key.
 -- Nothing is published: the lock does not become free on this node.
 local young = quorumlock_young()

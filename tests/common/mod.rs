@@ -175,11 +175,11 @@ const RENEW_SCRIPT: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
     include_str!("../../src/scripts/renew.lua")
 );
-const ACQUIRE_SCRIPT: &str = concat!(
+/// Acquires and releases leave in batches (`src/outbox.rs`).
+const BATCH_SCRIPT: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
-    include_str!("../../src/scripts/acquire.lua")
+    include_str!("../../src/scripts/batch.lua")
 );
-const RELEASE_SCRIPT: &str = include_str!("../../src/scripts/release.lua");
 
 /// Whether slowlog args are a call of `body` (by SHA, or by the body's
 /// first 128 bytes, which is what the slowlog keeps of an `EVAL`).
@@ -215,26 +215,74 @@ pub fn renew_calls(node: &RedisNode, key: &str) -> Vec<u64> {
     ids
 }
 
-/// The lock scripts a recording node ran on `key`, oldest first, with their
-/// slowlog ids (which grow in execution order). Renewals are not included
-/// (see [`renew_calls`]).
+/// The lock operations a recording node ran on `key`, oldest first, with
+/// their slowlog ids (which grow in execution order; operations of one batch
+/// call share its id and keep their order). Renewals are not included (see
+/// [`renew_calls`]). The slowlog keeps 32 arguments of a call: the tests
+/// that read it make few calls at a time, so their batches are short.
 pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
-    let mut calls: Vec<(u64, ScriptCall)> = slowlog(node, 100_000)
+    let mut calls: Vec<(u64, usize, ScriptCall)> = slowlog(node, 100_000)
         .into_iter()
-        .filter_map(|(id, args)| {
-            if args.get(3).map(String::as_str) != Some(key) {
-                return None;
-            }
-            if is_script(&args, RELEASE_SCRIPT) {
-                Some((id, ScriptCall::Release))
-            } else if is_script(&args, ACQUIRE_SCRIPT) {
-                Some((id, ScriptCall::Acquire))
-            } else {
-                None
-            }
+        .filter(|(_, args)| is_script(args, BATCH_SCRIPT))
+        .flat_map(|(id, args)| {
+            batch_ops(&args)
+                .into_iter()
+                .enumerate()
+                .filter(|(_, (keys, _))| keys.iter().any(|k| k == key))
+                .map(move |(i, (_, call))| (id, i, call))
         })
         .collect();
-    calls.sort_unstable_by_key(|(id, _)| *id);
+    calls.sort_unstable_by_key(|(id, i, _)| (*id, *i));
+    calls.into_iter().map(|(id, _, call)| (id, call)).collect()
+}
+
+/// The operations of one batch call (`EVALSHA sha numkeys keys… argv…`,
+/// five arguments per operation, see `src/scripts/batch.lua`): each one's
+/// lock keys and kind.
+fn batch_ops(args: &[String]) -> Vec<(Vec<String>, ScriptCall)> {
+    let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let keys = args.get(3..).unwrap_or_default();
+    let argv = keys.get(numkeys.min(keys.len())..).unwrap_or_default();
+    let mut at = 0;
+    let mut ops = Vec::new();
+    for op in argv.chunks_exact(5) {
+        let m: usize = op[1].parse().unwrap_or(0);
+        let (kind, width) = match op[0].as_str() {
+            "A" => (ScriptCall::Acquire, 2 * m),
+            _ => (ScriptCall::Release, m),
+        };
+        let names = keys.get(at..(at + m).min(keys.len())).unwrap_or_default();
+        ops.push((names.to_vec(), kind));
+        at += width;
+    }
+    ops
+}
+
+/// The batch calls a recording node ran whose first key starts with
+/// `prefix`, oldest first: slowlog id, `numkeys` (kept whole: an acquire of
+/// one name has two keys, a release one), and the kinds of the operations
+/// the slowlog's 32 arguments still show.
+pub fn batch_calls(node: &RedisNode, prefix: &str) -> Vec<(u64, usize, Vec<ScriptCall>)> {
+    let mut calls: Vec<(u64, usize, Vec<ScriptCall>)> = slowlog(node, 100_000)
+        .into_iter()
+        .filter(|(_, args)| is_script(args, BATCH_SCRIPT))
+        .filter(|(_, args)| args.get(3).is_some_and(|k| k.starts_with(prefix)))
+        .map(|(id, args)| {
+            let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+            let kinds = args
+                .iter()
+                .skip(3 + numkeys)
+                .step_by(5)
+                .filter_map(|kind| match kind.as_str() {
+                    "A" => Some(ScriptCall::Acquire),
+                    "R" => Some(ScriptCall::Release),
+                    _ => None,
+                })
+                .collect();
+            (id, numkeys, kinds)
+        })
+        .collect();
+    calls.sort_unstable_by_key(|(id, _, _)| *id);
     calls
 }
 

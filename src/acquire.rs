@@ -45,6 +45,9 @@ pub(crate) struct Request {
     pub(crate) watched: bool,
     /// The keys' TTL (the lock's, unless this acquire set its own).
     pub(crate) ttl: Duration,
+    /// The caller waits for a release notice between attempts: a key found
+    /// held is marked so that its release announces itself.
+    pub(crate) waits: bool,
 }
 
 impl Request {
@@ -59,6 +62,7 @@ impl Request {
             fence: None,
             watched,
             ttl,
+            waits: false,
         })
     }
 
@@ -129,7 +133,7 @@ impl Services {
         let ttl_ms = ttl_millis(request.ttl);
         bump(&core.counters.attempts);
         let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
-        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms);
+        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits);
         if let Some(gate) = gate {
             let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
             match reply {
@@ -411,6 +415,7 @@ impl HeldLock {
             fence: Some(Arc::clone(&lease.fence)),
             watched: lease.watched,
             ttl: self.services.core.config.ttl,
+            waits: false,
         };
         self.services.attempt(&request).await
     }

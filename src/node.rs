@@ -389,6 +389,7 @@ impl Node {
         self: &Arc<Self>,
         entry: Entry,
         ttl_ms: u64,
+        waits: bool,
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
@@ -396,7 +397,13 @@ impl Node {
             // before anything is queued for it.
             node.check_voter().await?;
             let m = entry.keys.len();
-            let landed = node.submit(Op::Acquire { entry, ttl_ms }).await?;
+            let landed = node
+                .submit(Op::Acquire {
+                    entry,
+                    ttl_ms,
+                    waits,
+                })
+                .await?;
             if let Some(left) = landed.young {
                 return Err(node.quarantined(left));
             }
@@ -595,8 +602,13 @@ impl Node {
                 }
                 for op in &ops {
                     match op {
-                        Op::Acquire { entry, ttl_ms } => {
-                            cmd.arg("A").arg(entry.keys.len()).arg(&*entry.token);
+                        Op::Acquire {
+                            entry,
+                            ttl_ms,
+                            waits,
+                        } => {
+                            let kind = if *waits { "W" } else { "A" };
+                            cmd.arg(kind).arg(entry.keys.len()).arg(&*entry.token);
                             cmd.arg(&*entry.id).arg(*ttl_ms);
                         }
                         Op::Release { entry, announce } => {

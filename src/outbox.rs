@@ -41,8 +41,14 @@ use crate::keys::Entry;
 
 /// One lock-key write for a node.
 pub(crate) enum Op {
-    /// Take every key of the entry for `ttl_ms`.
-    Acquire { entry: Entry, ttl_ms: u64 },
+    /// Take every key of the entry for `ttl_ms`; `waits`: the caller will
+    /// wait for a release notice, so a key held by another owner is marked
+    /// to announce its release (`scripts/batch.lua`).
+    Acquire {
+        entry: Entry,
+        ttl_ms: u64,
+        waits: bool,
+    },
     /// Give back the entry's hold; announce the keys that became free.
     Release { entry: Entry, announce: bool },
     /// Give back `from` and take its name for `to` where that left it free.
@@ -215,6 +221,7 @@ mod tests {
         Op::Acquire {
             entry: entry(name),
             ttl_ms: 1000,
+            waits: false,
         }
     }
 

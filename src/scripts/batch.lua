@@ -4,7 +4,7 @@
 -- operations it carries.
 --
 -- Per operation, five ARGV values, and its KEYS, both in operation order:
---   'A', m, owner token, entry id, TTL in ms:
+--   'A' (or 'W', see below), m, owner token, entry id, TTL in ms:
 --        KEYS: m lock keys (sorted), then their m fencing counters.
 --   'R', m, owner token, entry id, announce ('1' or '0'):
 --        KEYS: m lock keys.
@@ -26,10 +26,16 @@
 -- hash without an owner field is someone else's data: refused. The free
 -- path (the common one) costs HLEN, HSET, PEXPIRE and GET.
 --
+-- Release notices are published only for a waiter. An acquire of kind 'W'
+-- (a caller that will wait for a notice) that finds a key held by another
+-- owner marks it: field `waiters` = 1 (the owner, the holds and the TTL
+-- are left as they are). The release that frees a marked key publishes;
+-- one that frees an unmarked key costs no PUBLISH.
+--
 -- A release gives back one hold on every lock key of a guard, owner-checked.
 -- A key whose last hold goes is deleted, and with announce = '1' the node
--- announces on `quorumlock:released:<key>` that it is free (waiters retry
--- at once). A rollback does not announce: the key was free before the
+-- announces on `quorumlock:released:<key>` that it is free if a waiter
+-- marked it (waiters retry at once). A rollback does not announce: the key was free before the
 -- attempt, and a notice would wake the waiter that rolled back (and every
 -- other) for nothing. It answers 0 when no key carried this hold (expired,
 -- released, or another owner's); 1 when the hold is gone and every key of
@@ -43,14 +49,20 @@
 -- {'young', ms left, replies} (a release's answer counts all the same: it
 -- is no vote).
 
-local function quorumlock_acquire(at, m, token, id, ttl)
+local function quorumlock_acquire(at, m, token, id, ttl, waits)
   local fresh = {}
   for i = 1, m do
     local key = KEYS[at + i]
     if redis.call('HLEN', key) == 0 then
       fresh[i] = true
-    elseif redis.call('HGET', key, 'owner') ~= token then
-      return {0, redis.call('PTTL', key), i}
+    else
+      local owner = redis.call('HGET', key, 'owner')
+      if owner ~= token then
+        if waits and owner then
+          redis.call('HSET', key, 'waiters', 1)
+        end
+        return {0, redis.call('PTTL', key), i}
+      end
     end
   end
   local out = {1}
@@ -72,12 +84,14 @@ local function quorumlock_release(at, m, token, id, announce)
   local result = 0
   for i = 1, m do
     local key = KEYS[at + i]
-    local found = redis.call('HMGET', key, 'owner', id)
+    local found = redis.call('HMGET', key, 'owner', id, 'waiters')
     if found[1] == token and found[2] then
-      if redis.call('HLEN', key) <= 2 then
-        -- Ours was the last hold (the other field is the owner).
+      -- The fields besides the holds: the owner, and the waiters' mark.
+      local others = found[3] and 2 or 1
+      if redis.call('HLEN', key) <= others + 1 then
+        -- Ours was the last hold.
         redis.call('DEL', key)
-        if announce then
+        if announce and found[3] then
           redis.call('PUBLISH', 'quorumlock:released:' .. key, '')
         end
         if result == 0 then result = 1 end
@@ -99,12 +113,12 @@ for op = 1, math.floor((#ARGV - 1) / 5) do
   local kind, m = ARGV[arg + 1], tonumber(ARGV[arg + 2])
   local token, id, last = ARGV[arg + 3], ARGV[arg + 4], ARGV[arg + 5]
   local ok, reply
-  if kind == 'A' then
+  if kind == 'A' or kind == 'W' then
     if not epoch_read then
       young = quorumlock_young()
       epoch_read = true
     end
-    ok, reply = pcall(quorumlock_acquire, at, m, token, id, tonumber(last))
+    ok, reply = pcall(quorumlock_acquire, at, m, token, id, tonumber(last), kind == 'W')
     at = at + 2 * m
   else
     ok, reply = pcall(quorumlock_release, at, m, token, id, last == '1')

@@ -498,9 +498,14 @@ impl Node {
     /// Sends `op` through the outbox: at once if it is idle, else with the
     /// next flight.
     async fn submit(self: &Arc<Self>, op: Op) -> Answer {
-        // A stalled connection takes nothing more (see `Liveness`), queued
-        // or not: the queue would only grow behind a flight that cannot land.
-        if let Some(e) = self.stall_error() {
+        // A stalled connection takes nothing more (see `Liveness`): a call
+        // that would queue fails at once, for the queue would only grow
+        // behind a flight that cannot land (one that flies alone meets the
+        // stall where it is sent). Checked only while the outbox is busy:
+        // an idle one costs nothing more.
+        if self.outbox.is_busy()
+            && let Some(e) = self.stall_error()
+        {
             bump(&self.counters.errors);
             telemetry::node_error(self.name());
             return Err(e);
@@ -570,7 +575,8 @@ impl Node {
     }
 
     /// One flight: a handoff alone, or acquires and releases in one batch
-    /// call. One answer per operation, in order.
+    /// call (releases alone in the leaner `scripts/releases.lua`). One
+    /// answer per operation, in order.
     async fn fly(self: &Arc<Self>, mut ops: Vec<Op>) -> Vec<Answer> {
         if let [Op::Handoff { .. }] = ops.as_slice() {
             let Some(Op::Handoff { from, to, ttl_ms }) = ops.pop() else {
@@ -579,47 +585,54 @@ impl Node {
             return vec![self.fly_handoff(from, to, ttl_ms).await];
         }
         let n = ops.len();
-        let result = self
-            .eval_vote(&scripts::BATCH, Resend::AfterReconnect, |cmd| {
-                let keys: usize = ops
-                    .iter()
-                    .map(|op| match op {
-                        Op::Acquire { entry, .. } => 2 * entry.keys.len(),
-                        Op::Release { entry, .. } => entry.keys.len(),
-                        Op::Handoff { .. } => 0,
-                    })
-                    .sum();
-                cmd.arg(keys);
-                for op in &ops {
-                    match op {
-                        Op::Acquire { entry, .. } => {
-                            names(cmd, &entry.keys);
-                            cmd.arg(entry.keys.fences());
-                        }
-                        Op::Release { entry, .. } => names(cmd, &entry.keys),
-                        Op::Handoff { .. } => {}
+        let args = |cmd: &mut Cmd| {
+            let keys: usize = ops
+                .iter()
+                .map(|op| match op {
+                    Op::Acquire { entry, .. } => 2 * entry.keys.len(),
+                    Op::Release { entry, .. } => entry.keys.len(),
+                    Op::Handoff { .. } => 0,
+                })
+                .sum();
+            cmd.arg(keys);
+            for op in &ops {
+                match op {
+                    Op::Acquire { entry, .. } => {
+                        names(cmd, &entry.keys);
+                        cmd.arg(entry.keys.fences());
                     }
+                    Op::Release { entry, .. } => names(cmd, &entry.keys),
+                    Op::Handoff { .. } => {}
                 }
-                for op in &ops {
-                    match op {
-                        Op::Acquire {
-                            entry,
-                            ttl_ms,
-                            waits,
-                        } => {
-                            let kind = if *waits { "W" } else { "A" };
-                            cmd.arg(kind).arg(entry.keys.len()).arg(&*entry.token);
-                            cmd.arg(&*entry.id).arg(*ttl_ms);
-                        }
-                        Op::Release { entry, announce } => {
-                            cmd.arg("R").arg(entry.keys.len()).arg(&*entry.token);
-                            cmd.arg(&*entry.id).arg(if *announce { "1" } else { "0" });
-                        }
-                        Op::Handoff { .. } => {}
+            }
+            for op in &ops {
+                match op {
+                    Op::Acquire {
+                        entry,
+                        ttl_ms,
+                        waits,
+                    } => {
+                        let kind = if *waits { "W" } else { "A" };
+                        cmd.arg(kind).arg(entry.keys.len()).arg(&*entry.token);
+                        cmd.arg(&*entry.id).arg(*ttl_ms);
                     }
+                    Op::Release { entry, announce } => {
+                        cmd.arg("R").arg(entry.keys.len()).arg(&*entry.token);
+                        cmd.arg(&*entry.id).arg(if *announce { "1" } else { "0" });
+                    }
+                    Op::Handoff { .. } => {}
                 }
-            })
-            .await;
+            }
+        };
+        // Releases alone need no epoch check (they are no votes).
+        let result = if ops.iter().all(|op| matches!(op, Op::Release { .. })) {
+            self.eval(&scripts::RELEASES, args)
+                .await
+                .map(|reply| (None, reply))
+        } else {
+            self.eval_vote(&scripts::BATCH, Resend::AfterReconnect, args)
+                .await
+        };
         match result {
             Ok((young, Value::Array(replies))) if replies.len() == n => replies
                 .into_iter()

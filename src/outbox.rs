@@ -133,6 +133,11 @@ impl Outbox {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether a flight is out (a new call would queue).
+    pub(crate) fn is_busy(&self) -> bool {
+        self.state().flying
+    }
+
     /// Calls not yet answered: waiting, or in the flight that is out.
     pub(crate) fn pending(&self) -> usize {
         let state = self.state();

@@ -62,7 +62,17 @@ impl Script {
 pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/epoch.lua"),
+        include_str!("scripts/acquire_op.lua"),
+        include_str!("scripts/release_op.lua"),
         include_str!("scripts/batch.lua")
+    ))
+});
+/// A flight of releases alone: [`BATCH`]'s releases without the epoch
+/// check (a release is no vote).
+pub(crate) static RELEASES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/release_op.lua"),
+        include_str!("scripts/releases.lua")
     ))
 });
 /// An operator's release of a name, whatever its owner.
@@ -117,9 +127,10 @@ pub(crate) static ADOPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/adopt.lua")));
 
 /// Every script, loaded on each new connection.
-pub(crate) fn all() -> [&'static Script; 9] {
+pub(crate) fn all() -> [&'static Script; 10] {
     [
         &BATCH,
+        &RELEASES,
         &FORCE_RELEASE,
         &EXTEND,
         &RENEW,

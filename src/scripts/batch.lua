@@ -48,61 +48,10 @@
 -- the first acquire; a call that holds one is answered by a young node as
 -- {'young', ms left, replies} (a release's answer counts all the same: it
 -- is no vote).
-
-local function quorumlock_acquire(at, m, token, id, ttl, waits)
-  local fresh = {}
-  for i = 1, m do
-    local key = KEYS[at + i]
-    if redis.call('HLEN', key) == 0 then
-      fresh[i] = true
-    else
-      local owner = redis.call('HGET', key, 'owner')
-      if owner ~= token then
-        if waits and owner then
-          redis.call('HSET', key, 'waiters', 1)
-        end
-        return {0, redis.call('PTTL', key), i}
-      end
-    end
-  end
-  local out = {1}
-  for i = 1, m do
-    local key = KEYS[at + i]
-    redis.call('HSET', key, 'owner', token, id, 1)
-    -- Never shorten: another hold of the same owner may have a longer TTL.
-    if fresh[i] or redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, ttl)
-    end
-    local value, current = quorumlock_counter(KEYS[at + m + i])
-    out[#out + 1] = value
-    out[#out + 1] = current
-  end
-  return out
-end
-
-local function quorumlock_release(at, m, token, id, announce)
-  local result = 0
-  for i = 1, m do
-    local key = KEYS[at + i]
-    local found = redis.call('HMGET', key, 'owner', id, 'waiters')
-    if found[1] == token and found[2] then
-      -- The fields besides the holds: the owner, and the waiters' mark.
-      local others = found[3] and 2 or 1
-      if redis.call('HLEN', key) <= others + 1 then
-        -- Ours was the last hold.
-        redis.call('DEL', key)
-        if announce and found[3] then
-          redis.call('PUBLISH', 'quorumlock:released:' .. key, '')
-        end
-        if result == 0 then result = 1 end
-      else
-        redis.call('HDEL', key, id)
-        result = 2
-      end
-    end
-  end
-  return result
-end
+--
+-- The operations themselves are acquire_op.lua and release_op.lua, which
+-- come before this loop in the script sent; a flight of releases alone is
+-- sent as releases.lua, which needs no epoch.
 
 local young = 0
 local epoch_read = false

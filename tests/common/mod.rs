@@ -181,11 +181,23 @@ const RENEW_SCRIPT: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
     include_str!("../../src/scripts/renew.lua")
 );
-/// Acquires and releases leave in batches (`src/outbox.rs`).
+/// Acquires and releases leave in batches (`src/outbox.rs`); releases
+/// alone in a leaner script.
 const BATCH_SCRIPT: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
+    include_str!("../../src/scripts/acquire_op.lua"),
+    include_str!("../../src/scripts/release_op.lua"),
     include_str!("../../src/scripts/batch.lua")
 );
+const RELEASES_SCRIPT: &str = concat!(
+    include_str!("../../src/scripts/release_op.lua"),
+    include_str!("../../src/scripts/releases.lua")
+);
+
+/// Whether slowlog args are a batch call (of either script).
+fn is_batch(args: &[String]) -> bool {
+    is_script(args, BATCH_SCRIPT) || is_script(args, RELEASES_SCRIPT)
+}
 
 /// Whether slowlog args are a call of `body` (by SHA, or by the body's
 /// first 128 bytes, which is what the slowlog keeps of an `EVAL`).
@@ -229,7 +241,7 @@ pub fn renew_calls(node: &RedisNode, key: &str) -> Vec<u64> {
 pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
     let mut calls: Vec<(u64, usize, ScriptCall)> = slowlog(node, 100_000)
         .into_iter()
-        .filter(|(_, args)| is_script(args, BATCH_SCRIPT))
+        .filter(|(_, args)| is_batch(args))
         .flat_map(|(id, args)| {
             batch_ops(&args)
                 .into_iter()
@@ -271,7 +283,7 @@ fn batch_ops(args: &[String]) -> Vec<(Vec<String>, ScriptCall)> {
 pub fn batch_calls(node: &RedisNode, prefix: &str) -> Vec<(u64, usize, Vec<ScriptCall>)> {
     let mut calls: Vec<(u64, usize, Vec<ScriptCall>)> = slowlog(node, 100_000)
         .into_iter()
-        .filter(|(_, args)| is_script(args, BATCH_SCRIPT))
+        .filter(|(_, args)| is_batch(args))
         .filter(|(_, args)| args.get(3).is_some_and(|k| k.starts_with(prefix)))
         .map(|(id, args)| {
             let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);

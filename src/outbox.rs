@@ -5,7 +5,8 @@
 //! at once, sent by its own caller: alone, no task, no wait, so an unloaded
 //! lock pays nothing for this. Calls made while a flight is out wait in the
 //! queue; when the flight lands they leave together, in the order they were
-//! made, as **one** script call (`scripts/batch.lua`), sent by a task
+//! made, as **one** script call (`scripts/batch.lua`; releases alone
+//! `scripts/releases.lua`, without the epoch check), sent by a task
 //! (their callers may have gone). Under load a node thus runs one script
 //! invocation and one epoch check for many operations, and the client
 //! writes and parses one command for them: that is where the throughput

@@ -565,7 +565,7 @@ impl Node {
                                 node.connect_timeout.as_millis()
                             ),
                         );
-                        (0..n).map(|_| Err(e.clone())).collect()
+                        failed_all(&e, n)
                     });
                 for (answer, result) in answers.into_iter().zip(results) {
                     let _ = answer.send(result);
@@ -585,45 +585,7 @@ impl Node {
             return vec![self.fly_handoff(from, to, ttl_ms).await];
         }
         let n = ops.len();
-        let args = |cmd: &mut Cmd| {
-            let keys: usize = ops
-                .iter()
-                .map(|op| match op {
-                    Op::Acquire { entry, .. } => 2 * entry.keys.len(),
-                    Op::Release { entry, .. } => entry.keys.len(),
-                    Op::Handoff { .. } => 0,
-                })
-                .sum();
-            cmd.arg(keys);
-            for op in &ops {
-                match op {
-                    Op::Acquire { entry, .. } => {
-                        names(cmd, &entry.keys);
-                        cmd.arg(entry.keys.fences());
-                    }
-                    Op::Release { entry, .. } => names(cmd, &entry.keys),
-                    Op::Handoff { .. } => {}
-                }
-            }
-            for op in &ops {
-                match op {
-                    Op::Acquire {
-                        entry,
-                        ttl_ms,
-                        waits,
-                    } => {
-                        let kind = if *waits { "W" } else { "A" };
-                        cmd.arg(kind).arg(entry.keys.len()).arg(&*entry.token);
-                        cmd.arg(&*entry.id).arg(*ttl_ms);
-                    }
-                    Op::Release { entry, announce } => {
-                        cmd.arg("R").arg(entry.keys.len()).arg(&*entry.token);
-                        cmd.arg(&*entry.id).arg(if *announce { "1" } else { "0" });
-                    }
-                    Op::Handoff { .. } => {}
-                }
-            }
-        };
+        let args = |cmd: &mut Cmd| batch_args(cmd, &ops);
         // Releases alone need no epoch check (they are no votes).
         let result = if ops.iter().all(|op| matches!(op, Op::Release { .. })) {
             self.eval(&scripts::RELEASES, args)
@@ -645,11 +607,8 @@ impl Node {
                     reply => Ok(Landed { young, reply }),
                 })
                 .collect(),
-            Ok((_, reply)) => {
-                let e = self.unexpected(reply);
-                (0..n).map(|_| Err(e.clone())).collect()
-            }
-            Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+            Ok((_, reply)) => failed_all(&self.unexpected(reply), n),
+            Err(e) => failed_all(&e, n),
         }
     }
 
@@ -1185,10 +1144,12 @@ impl Node {
             let mut liveness = self.liveness();
             let silent_for = liveness.silent_for(generation)?;
             // Calls in the outbox count as unanswered too: they wait behind
-            // one that is, or fly in one batch call.
-            let waiting = u32::try_from(self.outbox.pending()).unwrap_or(u32::MAX);
-            let flooded = liveness.timed_out
-                && liveness.unanswered.saturating_add(waiting) >= MAX_UNANSWERED_WHEN_SUSPECT;
+            // one that is, or fly in one batch call. Asked only of a suspect
+            // node, off the path of every send to a healthy one.
+            let flooded = liveness.timed_out && {
+                let waiting = u32::try_from(self.outbox.pending()).unwrap_or(u32::MAX);
+                liveness.unanswered.saturating_add(waiting) >= MAX_UNANSWERED_WHEN_SUSPECT
+            };
             if silent_for < self.connect_timeout && !flooded {
                 return None;
             }
@@ -1388,6 +1349,51 @@ fn with_fences(cmd: &mut Cmd, keys: &KeySet) {
     cmd.arg(2 * keys.len());
     names(cmd, keys);
     cmd.arg(keys.fences());
+}
+
+/// A batch call's arguments (`scripts/batch.lua`): `numkeys`, every
+/// operation's keys, then five values per operation, in order. A handoff is
+/// never batched (it flies alone) and adds nothing.
+fn batch_args(cmd: &mut Cmd, ops: &[Op]) {
+    cmd.arg(ops.iter().map(Op::keys).sum::<usize>());
+    for op in ops {
+        match op {
+            Op::Acquire { entry, .. } => {
+                names(cmd, &entry.keys);
+                cmd.arg(entry.keys.fences());
+            }
+            Op::Release { entry, .. } => names(cmd, &entry.keys),
+            Op::Handoff { .. } => {}
+        }
+    }
+    let head = |cmd: &mut Cmd, kind: &str, entry: &Entry| {
+        cmd.arg(kind)
+            .arg(entry.keys.len())
+            .arg(&*entry.token)
+            .arg(&*entry.id);
+    };
+    for op in ops {
+        match op {
+            Op::Acquire {
+                entry,
+                ttl_ms,
+                waits,
+            } => {
+                head(cmd, if *waits { "W" } else { "A" }, entry);
+                cmd.arg(*ttl_ms);
+            }
+            Op::Release { entry, announce } => {
+                head(cmd, "R", entry);
+                cmd.arg(u8::from(*announce));
+            }
+            Op::Handoff { .. } => {}
+        }
+    }
+}
+
+/// The same error as every operation's answer.
+fn failed_all(e: &NodeError, n: usize) -> Vec<Answer> {
+    (0..n).map(|_| Err(e.clone())).collect()
 }
 
 /// What a call to a stalled connection fails with.

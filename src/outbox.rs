@@ -57,12 +57,13 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// Lock and counter keys this operation adds to a batch call.
-    fn keys(&self) -> usize {
+    /// Lock and counter keys this operation adds to a batch call (a
+    /// handoff flies alone: none).
+    pub(crate) fn keys(&self) -> usize {
         match self {
             Op::Acquire { entry, .. } => 2 * entry.keys.len(),
             Op::Release { entry, .. } => entry.keys.len(),
-            Op::Handoff { .. } => 2,
+            Op::Handoff { .. } => 0,
         }
     }
 

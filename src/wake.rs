@@ -374,19 +374,14 @@ impl Waiter<'_> {
         // this many more to announce a release. Only the nodes it found held
         // announce (the attempt marked the name there, see
         // `scripts/batch.lua`): one, if it was refused at the gate.
-        let count = |held: bool| {
-            error.and_then(Error::node_reports).map_or(0, |r| {
-                r.iter()
-                    .filter(|r| match r.outcome {
-                        NodeOutcome::Won => !held,
-                        NodeOutcome::HeldByOther { .. } => held,
-                        _ => false,
-                    })
-                    .count()
+        let (won, held) = error.and_then(Error::node_reports).map_or((0, 0), |r| {
+            r.iter().fold((0, 0), |(won, held), r| match r.outcome {
+                NodeOutcome::Won => (won + 1, held),
+                NodeOutcome::HeldByOther { .. } => (won, held + 1),
+                _ => (won, held),
             })
-        };
+        });
         let needed = if listen {
-            let (won, held) = (count(false), count(true));
             let needed = wake.required.saturating_sub(won);
             if held > 0 { needed.min(held) } else { needed }.max(1)
         } else {

@@ -266,8 +266,11 @@ fn batch_ops(args: &[String]) -> Vec<(Vec<String>, ScriptCall)> {
     for op in argv.chunks_exact(5) {
         let m: usize = op[1].parse().unwrap_or(0);
         let (kind, width) = match op[0].as_str() {
-            "A" => (ScriptCall::Acquire, 2 * m),
-            _ => (ScriptCall::Release, m),
+            // 'W': the acquire of a caller that waits for a notice.
+            "A" | "W" => (ScriptCall::Acquire, 2 * m),
+            "R" => (ScriptCall::Release, m),
+            // Cut off by the slowlog's 32 arguments.
+            _ => break,
         };
         let names = keys.get(at..(at + m).min(keys.len())).unwrap_or_default();
         ops.push((names.to_vec(), kind));
@@ -287,16 +290,7 @@ pub fn batch_calls(node: &RedisNode, prefix: &str) -> Vec<(u64, usize, Vec<Scrip
         .filter(|(_, args)| args.get(3).is_some_and(|k| k.starts_with(prefix)))
         .map(|(id, args)| {
             let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
-            let kinds = args
-                .iter()
-                .skip(3 + numkeys)
-                .step_by(5)
-                .filter_map(|kind| match kind.as_str() {
-                    "A" => Some(ScriptCall::Acquire),
-                    "R" => Some(ScriptCall::Release),
-                    _ => None,
-                })
-                .collect();
+            let kinds = batch_ops(&args).into_iter().map(|(_, kind)| kind).collect();
             (id, numkeys, kinds)
         })
         .collect();

@@ -27,10 +27,19 @@ async fn calls_made_while_one_is_out_leave_as_one_script_call() {
         .map(|g| g.expect("distinct free names are all won"))
         .collect();
     // Each round decides at 2 of 3 nodes: its call to the third may land
-    // later.
-    for name in &names[1..] {
-        common::wait_until_everywhere(&testbed, name).await;
-    }
+    // later, or never (a queued call whose round was decided is dropped).
+    // So a majority of the nodes shows the batch.
+    let batched = |node| {
+        common::batch_calls(node, "batch-")
+            .iter()
+            .any(|(_, numkeys, _)| *numkeys / 2 > 1)
+    };
+    common::wait_for(
+        "a batch of acquires on 2 nodes",
+        Duration::from_secs(5),
+        || testbed.nodes().iter().filter(|n| batched(n)).count() >= 2,
+    )
+    .await;
     for node in testbed.nodes() {
         let calls = common::batch_calls(node, "batch-");
         let acquired: usize = calls
@@ -39,11 +48,6 @@ async fn calls_made_while_one_is_out_leave_as_one_script_call() {
             .map(|(_, numkeys, _)| numkeys / 2)
             .sum();
         assert!(acquired <= 20, "{calls:?}");
-        assert!(
-            calls.iter().any(|(_, numkeys, _)| *numkeys / 2 > 1),
-            "some call on {} carried several acquires: {calls:?}",
-            node.url()
-        );
     }
 
     let mark: Vec<u64> = testbed.nodes().iter().map(common::log_mark).collect();

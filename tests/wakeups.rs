@@ -424,12 +424,12 @@ async fn only_a_release_somebody_waits_for_is_announced() {
             .sum()
     };
 
+    // Decided at 2 of 3 nodes, an acquire's call to the third may never
+    // be sent (a queued call whose round was decided is dropped).
     let quiet = holder_lock.try_acquire("quiet").await.expect("free");
-    common::wait_until_everywhere(&testbed, "quiet").await;
     let report = quiet.release().await;
-    assert_eq!(report.released, 3, "{report:?}");
+    assert!(report.released >= 2, "{report:?}");
     let holder = holder_lock.try_acquire("job").await.expect("free");
-    common::wait_until_everywhere(&testbed, "job").await;
     let waiter_lock = slow_polling_lock(&testbed);
     assert!(waiter_lock.try_acquire("job").await.is_err(), "held");
     assert!(
@@ -455,7 +455,7 @@ async fn only_a_release_somebody_waits_for_is_announced() {
         || marked() >= 2,
     )
     .await;
-    for node in testbed.nodes() {
+    for node in testbed.nodes().iter().filter(|n| marked_on(n, "job")) {
         assert_eq!(common::holds_on(node, "job"), 1, "a mark is no hold");
     }
     holder.release().await;

@@ -45,9 +45,6 @@ pub(crate) struct Request {
     pub(crate) watched: bool,
     /// The keys' TTL (the lock's, unless this acquire set its own).
     pub(crate) ttl: Duration,
-    /// The caller waits for a release notice between attempts: a key found
-    /// held is marked so that its release announces itself.
-    pub(crate) waits: bool,
 }
 
 impl Request {
@@ -62,7 +59,6 @@ impl Request {
             fence: None,
             watched,
             ttl,
-            waits: false,
         })
     }
 
@@ -133,7 +129,7 @@ impl Services {
         let ttl_ms = ttl_millis(request.ttl);
         bump(&core.counters.attempts);
         let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
-        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits);
+        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms);
         if let Some(gate) = gate {
             let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
             match reply {
@@ -415,7 +411,6 @@ impl HeldLock {
             fence: Some(Arc::clone(&lease.fence)),
             watched: lease.watched,
             ttl: self.services.core.config.ttl,
-            waits: false,
         };
         self.services.attempt(&request).await
     }

@@ -19,7 +19,7 @@ pub(crate) fn fence_key(name: &str) -> String {
 }
 
 /// The channel a node publishes on when the lock name becomes free there.
-/// The release script builds the same name (`scripts/batch.lua`).
+/// The release script builds the same name (`scripts/release.lua`).
 pub(crate) fn release_channel(name: &str) -> String {
     format!("{RESERVED_PREFIX}released:{name}")
 }

@@ -185,7 +185,6 @@ mod epoch;
 mod fanout;
 pub mod fenced;
 mod node;
-mod outbox;
 mod scripts;
 mod sentinel;
 // 2 state: a held lock's one owner of mutable state.

@@ -603,10 +603,9 @@ impl MultiLock {
     /// a handoff, the holder's remaining TTL or the backoff.
     pub(crate) async fn acquire_request(
         &self,
-        mut request: Request,
+        request: Request,
         wait: Option<Duration>,
     ) -> Result<LockGuard, Error> {
-        request.waits = wait.is_some() && self.services.core.config.wake_ups;
         let span = tracing::debug_span!(
             "acquire",
             key = %request.keys,

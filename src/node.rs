@@ -15,11 +15,6 @@
 //! and why releases are never dropped but finished in the background
 //! ([`crate::fanout`]).
 //!
-//! Acquires, releases and handoffs reach the connection through the node's
-//! [outbox](crate::outbox): one flight at a time, first in first out, calls
-//! made while one is out batched into one script call. An acquire still
-//! queued there whose caller has gone is dropped, like one redis-rs sheds.
-//!
 //! Connecting runs in a spawned task shared by every caller, so a node that is
 //! slow to accept (paused, far away) costs each caller at most its own
 //! deadline, and the connect completes for the next caller when it can.
@@ -38,7 +33,6 @@ use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
 use crate::keys::{Entry, KeySet};
-use crate::outbox::{Admitted, Answer, Landed, MAX_QUEUED, Op, Outbox};
 use crate::quorum::Vote;
 use crate::scripts::{self, Script};
 use crate::sentinel::connect_master;
@@ -101,14 +95,10 @@ impl Liveness {
         self.unanswered = self.unanswered.saturating_add(1);
     }
 
-    /// A reply came; `prompt`: within the node timeout of its request. Only
-    /// a prompt reply ends suspicion: a server that answers everything late
-    /// (overloaded, or draining what queued while it was paused) would make
-    /// each release wait the node timeout for it in vain.
-    fn answered(&mut self, generation: u64, prompt: bool) {
+    fn answered(&mut self, generation: u64) {
         if self.generation == generation {
             self.unanswered_since = None;
-            self.timed_out &= !prompt;
+            self.timed_out = false;
             self.unanswered = 0;
         }
     }
@@ -145,8 +135,6 @@ pub(crate) struct Node {
     name: Arc<str>,
     target: Target,
     connect_timeout: Duration,
-    /// A reply slower than this does not end suspicion (`Liveness`).
-    node_timeout: Duration,
     /// The quarantine sent with every vote, in ms (see `scripts/epoch.lua`).
     quarantine_ms: u64,
     /// Declared durable: no quarantine, and its epoch survives restarts.
@@ -158,9 +146,6 @@ pub(crate) struct Node {
     /// The wait after the next failed connect, in µs (0: none failed).
     connect_backoff_us: AtomicU64,
     liveness: Mutex<Liveness>,
-    /// Acquires, releases and handoffs, one flight at a time (group
-    /// commit, see [`crate::outbox`]).
-    outbox: Outbox,
     generations: AtomicU64,
     /// Which server each node of this lock service reaches (one vote per
     /// server), and this node's place among them.
@@ -288,7 +273,7 @@ impl Node {
     /// have been lost, unless `durable`; node `index` of `servers`.
     pub(crate) fn new(
         target: Target,
-        (connect_timeout, node_timeout): (Duration, Duration),
+        connect_timeout: Duration,
         quarantine: Duration,
         durable: bool,
         (servers, index): (Arc<ServerIds>, usize),
@@ -301,13 +286,11 @@ impl Node {
             },
             target,
             connect_timeout,
-            node_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
             slot: Mutex::new(Slot::Idle),
             connect_backoff_us: AtomicU64::new(0),
             liveness: Mutex::default(),
-            outbox: Outbox::default(),
             generations: AtomicU64::new(0),
             servers,
             index,
@@ -323,10 +306,9 @@ impl Node {
     /// What a round may expect of the node now: whether its connection is
     /// up (commands queue on first poll), and if so whether it is suspect:
     /// a call to it timed out and nothing has answered on its connection
-    /// within the node timeout since (a paused, overloaded or cut-off
-    /// server). A release sends to a suspect node but does not wait for it.
-    /// A node that answers a call promptly again is at once no longer
-    /// suspect; one that answers everything late stays suspect.
+    /// since (a paused, overloaded or cut-off server). A release sends to a
+    /// suspect node but does not wait for it. A node that answers again is
+    /// at once no longer suspect.
     pub(crate) fn readiness(&self) -> Readiness {
         let Some(generation) = self.ready_generation() else {
             return Readiness::Disconnected;
@@ -383,54 +365,39 @@ impl Node {
         }
     }
 
-    /// Takes every key of the entry on this node (through the outbox:
-    /// batched with other calls when a flight is out).
+    /// Runs the acquire script for every key of the entry.
     pub(crate) fn acquire(
         self: &Arc<Self>,
         entry: Entry,
         ttl_ms: u64,
-        waits: bool,
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
-            // A vote: the server must be known and cast no second vote
-            // before anything is queued for it.
-            node.check_voter().await?;
-            let m = entry.keys.len();
-            let landed = node
-                .submit(Op::Acquire {
-                    entry,
-                    ttl_ms,
-                    waits,
+            let reply = node
+                .voting(&scripts::ACQUIRE, |cmd| {
+                    with_fences(cmd, &entry.keys);
+                    cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
                 })
                 .await?;
-            if let Some(left) = landed.young {
-                return Err(node.quarantined(left));
+            let m = entry.keys.len();
+            match reply {
+                Value::Array(items) => match items.as_slice() {
+                    [Value::Int(1), fences @ ..] if fences.len() == 2 * m => node
+                        .readings(fences)
+                        .map(|fences| AcquireReply::Won { fences }),
+                    // -1: the holder set no expiry.
+                    [Value::Int(0), Value::Int(ms @ -1..), Value::Int(_)] => {
+                        Ok(AcquireReply::Held { pttl: pttl(*ms) })
+                    }
+                    _ => Err(node.unexpected(Value::Array(items))),
+                },
+                other => Err(node.unexpected(other)),
             }
-            node.acquire_reply(m, landed.reply)
         }
     }
 
-    /// An acquire's answer (`scripts/batch.lua`).
-    fn acquire_reply(&self, m: usize, reply: Value) -> Result<AcquireReply, NodeError> {
-        match reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), fences @ ..] if fences.len() == 2 * m => self
-                    .readings(fences)
-                    .map(|fences| AcquireReply::Won { fences }),
-                // -1: the holder set no expiry.
-                [Value::Int(0), Value::Int(ms @ -1..), Value::Int(_)] => {
-                    Ok(AcquireReply::Held { pttl: pttl(*ms) })
-                }
-                _ => Err(self.unexpected(Value::Array(items))),
-            },
-            other => Err(self.unexpected(other)),
-        }
-    }
-
-    /// Gives back this entry on every key (through the outbox), and if
-    /// `announce`, publishes a release notice for each key that became
-    /// free.
+    /// Runs the release script: gives back this entry on every key, and if
+    /// `announce`, publishes a release notice for each key that became free.
     pub(crate) fn release(
         self: &Arc<Self>,
         entry: Entry,
@@ -438,23 +405,25 @@ impl Node {
     ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
-            // Not a vote: a young node's answer counts.
-            let landed = node.submit(Op::Release { entry, announce }).await?;
-            node.release_reply(landed.reply)
+            let reply = node
+                .eval(&scripts::RELEASE, |cmd| {
+                    with_keys(cmd, &entry.keys);
+                    cmd.arg(&*entry.token)
+                        .arg(&*entry.id)
+                        .arg(if announce { "1" } else { "0" });
+                })
+                .await?;
+            match reply {
+                Value::Int(0) => Ok(ReleaseReply::NotOurs),
+                Value::Int(1) => Ok(ReleaseReply::Freed),
+                Value::Int(2) => Ok(ReleaseReply::Kept),
+                other => Err(node.unexpected(other)),
+            }
         }
     }
 
-    fn release_reply(&self, reply: Value) -> Result<ReleaseReply, NodeError> {
-        match reply {
-            Value::Int(0) => Ok(ReleaseReply::NotOurs),
-            Value::Int(1) => Ok(ReleaseReply::Freed),
-            Value::Int(2) => Ok(ReleaseReply::Kept),
-            other => Err(self.unexpected(other)),
-        }
-    }
-
-    /// Gives back `from` (one name) and takes the name for `to` where that
-    /// left it free (through the outbox, in a flight of its own).
+    /// Runs the handoff script: gives back `from` (one name) and takes the
+    /// name for `to` where that left it free.
     pub(crate) fn handoff(
         self: &Arc<Self>,
         from: Entry,
@@ -465,10 +434,31 @@ impl Node {
     + 'static {
         let node = Arc::clone(self);
         async move {
-            node.check_voter().await?;
-            let landed = node.submit(Op::Handoff { from, to, ttl_ms }).await?;
-            let Value::Array(items) = landed.reply else {
-                return Err(node.unexpected(landed.reply));
+            // Never resent: a resend on a new connection could run after the
+            // waiter's rollback (sent on that connection too) and take the
+            // name for a waiter that gave up. A plain release of our own entry
+            // is sent instead: a release cannot be overtaken by anything.
+            let (young, reply) = match node
+                .vote(&scripts::HANDOFF, Resend::Never, |cmd| {
+                    with_fences(cmd, &from.keys);
+                    cmd.arg(&*from.token)
+                        .arg(&*from.id)
+                        .arg(&*to.token)
+                        .arg(&*to.id)
+                        .arg(ttl_ms);
+                })
+                .await
+            {
+                Ok(reply) => reply,
+                Err(e) => {
+                    if e.kind() == NodeErrorKind::Unreachable {
+                        let _ = node.release(from, true).await;
+                    }
+                    return Err(e);
+                }
+            };
+            let Value::Array(items) = reply else {
+                return Err(node.unexpected(reply));
             };
             let released = match items.first() {
                 Some(Value::Int(0)) => ReleaseReply::NotOurs,
@@ -487,159 +477,11 @@ impl Node {
             };
             // A young node released and took the name all the same; only
             // its vote for the waiter does not count.
-            let acquired = match landed.young {
+            let acquired = match young {
                 Some(left) => Err(node.quarantined(left)),
                 None => Ok(acquired),
             };
             Ok((released, acquired))
-        }
-    }
-
-    /// Sends `op` through the outbox: at once if it is idle, else with the
-    /// next flight.
-    async fn submit(self: &Arc<Self>, op: Op) -> Answer {
-        // A stalled connection takes nothing more (see `Liveness`): a call
-        // that would queue fails at once, for the queue would only grow
-        // behind a flight that cannot land (one that flies alone meets the
-        // stall where it is sent). Checked only while the outbox is busy:
-        // an idle one costs nothing more.
-        if self.outbox.is_busy()
-            && let Some(e) = self.stall_error()
-        {
-            bump(&self.counters.errors);
-            telemetry::node_error(self.name());
-            return Err(e);
-        }
-        match self.outbox.admit(op) {
-            Admitted::Fly(op) => {
-                let _landing = Landing(self);
-                self.fly(vec![op])
-                    .await
-                    .pop()
-                    .unwrap_or_else(|| Err(self.unexpected(Value::Nil)))
-            }
-            Admitted::Wait(answer) => answer.await.unwrap_or_else(|_| {
-                Err(NodeError::new(
-                    &self.name,
-                    NodeErrorKind::Unreachable,
-                    "the call was given up: no runtime is left to send it",
-                ))
-            }),
-            Admitted::Full => {
-                bump(&self.counters.errors);
-                Err(NodeError::new(
-                    &self.name,
-                    NodeErrorKind::Timeout,
-                    format!(
-                        "{MAX_QUEUED} calls already wait behind an unanswered one: acquire not sent"
-                    ),
-                ))
-            }
-        }
-    }
-
-    /// Flies what waits in the outbox, flight after flight, in a task of
-    /// its own (their callers may have gone), until it is empty.
-    fn spawn_flights(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.outbox.abandon();
-            return;
-        };
-        let node = Arc::clone(self);
-        runtime.spawn(async move {
-            while let Some(flight) = node.outbox.next_flight() {
-                let (ops, answers): (Vec<Op>, Vec<_>) =
-                    flight.into_iter().map(|q| (q.op, q.answer)).unzip();
-                // Bounded, so that a paused server does not keep this task
-                // (and the node) alive. The next flight leaves on the same
-                // connection, behind this one, so order holds either way.
-                let n = ops.len();
-                let results = tokio::time::timeout(node.connect_timeout, node.fly(ops))
-                    .await
-                    .unwrap_or_else(|_| {
-                        let e = NodeError::new(
-                            &node.name,
-                            NodeErrorKind::Timeout,
-                            format!(
-                                "no answer within the connect timeout ({} ms)",
-                                node.connect_timeout.as_millis()
-                            ),
-                        );
-                        failed_all(&e, n)
-                    });
-                for (answer, result) in answers.into_iter().zip(results) {
-                    let _ = answer.send(result);
-                }
-            }
-        });
-    }
-
-    /// One flight: a handoff alone, or acquires and releases in one batch
-    /// call (releases alone in the leaner `scripts/releases.lua`). One
-    /// answer per operation, in order.
-    async fn fly(self: &Arc<Self>, mut ops: Vec<Op>) -> Vec<Answer> {
-        if let [Op::Handoff { .. }] = ops.as_slice() {
-            let Some(Op::Handoff { from, to, ttl_ms }) = ops.pop() else {
-                unreachable!("matched above");
-            };
-            return vec![self.fly_handoff(from, to, ttl_ms).await];
-        }
-        let n = ops.len();
-        let args = |cmd: &mut Cmd| batch_args(cmd, &ops);
-        // Releases alone need no epoch check (they are no votes).
-        let result = if ops.iter().all(|op| matches!(op, Op::Release { .. })) {
-            self.eval(&scripts::RELEASES, args)
-                .await
-                .map(|reply| (None, reply))
-        } else {
-            self.eval_vote(&scripts::BATCH, Resend::AfterReconnect, args)
-                .await
-        };
-        match result {
-            Ok((young, Value::Array(replies))) if replies.len() == n => replies
-                .into_iter()
-                .map(|reply| match reply {
-                    Value::ServerError(e) => {
-                        bump(&self.counters.errors);
-                        telemetry::node_error(self.name());
-                        Err(self.error(&e.into()))
-                    }
-                    reply => Ok(Landed { young, reply }),
-                })
-                .collect(),
-            Ok((_, reply)) => failed_all(&self.unexpected(reply), n),
-            Err(e) => failed_all(&e, n),
-        }
-    }
-
-    /// A handoff's flight. Never resent: a resend on a new connection could
-    /// run after the waiter's rollback (sent on that connection too) and
-    /// take the name for a waiter that gave up. A plain release of our own
-    /// entry is sent instead, in the same flight: a release cannot be
-    /// overtaken by anything.
-    async fn fly_handoff(self: &Arc<Self>, from: Entry, to: Entry, ttl_ms: u64) -> Answer {
-        let result = self
-            .eval_vote(&scripts::HANDOFF, Resend::Never, |cmd| {
-                with_fences(cmd, &from.keys);
-                cmd.arg(&*from.token)
-                    .arg(&*from.id)
-                    .arg(&*to.token)
-                    .arg(&*to.id)
-                    .arg(ttl_ms);
-            })
-            .await;
-        match result {
-            Ok((young, reply)) => Ok(Landed { young, reply }),
-            Err(e) => {
-                if e.kind() == NodeErrorKind::Unreachable {
-                    let release = Op::Release {
-                        entry: from,
-                        announce: true,
-                    };
-                    let _ = Box::pin(self.fly(vec![release])).await;
-                }
-                Err(e)
-            }
         }
     }
 
@@ -834,14 +676,8 @@ impl Node {
         resend: Resend,
         args: impl Fn(&mut Cmd),
     ) -> Result<(Option<Duration>, Value), NodeError> {
-        self.check_voter().await?;
-        self.eval_vote(script, resend, args).await
-    }
-
-    /// Whether this node may vote: connected first (the connection
-    /// identifies the server), and a server that votes through another
-    /// node gets no second vote.
-    async fn check_voter(self: &Arc<Self>) -> Result<(), NodeError> {
+        // Connected first: the connection identifies the server, and a
+        // server that votes through another node gets no second vote.
         if let Err(e) = self.connection().await {
             bump(&self.counters.errors);
             telemetry::node_error(self.name());
@@ -854,16 +690,6 @@ impl Node {
                 format!("the same Redis server (run_id) as {voter}: one server casts one vote"),
             ));
         }
-        Ok(())
-    }
-
-    /// [`vote`](Self::vote) without [`check_voter`](Self::check_voter).
-    async fn eval_vote(
-        self: &Arc<Self>,
-        script: &Script,
-        resend: Resend,
-        args: impl Fn(&mut Cmd),
-    ) -> Result<(Option<Duration>, Value), NodeError> {
         let reply = self
             .eval_with(script, resend, |cmd| {
                 args(cmd);
@@ -1081,15 +907,19 @@ impl Node {
         // wakes, and a release sent on a new connection could run before the
         // acquire it undoes, still queued on the old one.
         if let Some(silent_for) = self.stalled(conn, generation) {
-            return Err(stalled_error(silent_for));
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no reply to anything for {} ms: nothing more is sent until it answers",
+                    silent_for.as_millis()
+                ),
+            )));
         }
         self.liveness().sent(generation);
-        let sent_at = tokio::time::Instant::now();
         let result = conn.send_packed_command(cmd).await;
         if result.as_ref().is_ok_and(|_| true) || result.as_ref().is_err_and(|e| e.code().is_some())
         {
-            let prompt = sent_at.elapsed() <= self.node_timeout;
-            self.liveness().answered(generation, prompt);
+            self.liveness().answered(generation);
         }
         match result {
             Ok(Value::ServerError(e)) => {
@@ -1114,26 +944,13 @@ impl Node {
         }
     }
 
-    /// The error a call gets at once while the current connection is
-    /// stalled ([`stalled`](Self::stalled)); `None` when it is not, or when
-    /// there is no connection yet.
-    fn stall_error(self: &Arc<Self>) -> Option<NodeError> {
-        let (conn, generation) = match &*self.slot.lock().unwrap_or_else(PoisonError::into_inner) {
-            Slot::Ready { conn, generation } => (conn.clone(), *generation),
-            _ => return None,
-        };
-        let silent_for = self.stalled(&conn, generation)?;
-        Some(self.error(&stalled_error(silent_for)))
-    }
-
     fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
         self.liveness.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How long connection `generation` has gone without any reply, if
     /// longer than the connect timeout (or, for a suspect node, once
-    /// [`MAX_UNANSWERED_WHEN_SUSPECT`] requests went unanswered or wait in the
-    /// outbox); starts a probe (`PING`) then, at
+    /// [`MAX_UNANSWERED_WHEN_SUSPECT`] requests went unanswered); starts a probe (`PING`) then, at
     /// most one at a time, whose answer lets calls through again.
     fn stalled(
         self: &Arc<Self>,
@@ -1143,13 +960,7 @@ impl Node {
         let silent_for = {
             let mut liveness = self.liveness();
             let silent_for = liveness.silent_for(generation)?;
-            // Calls in the outbox count as unanswered too: they wait behind
-            // one that is, or fly in one batch call. Asked only of a suspect
-            // node, off the path of every send to a healthy one.
-            let flooded = liveness.timed_out && {
-                let waiting = u32::try_from(self.outbox.pending()).unwrap_or(u32::MAX);
-                liveness.unanswered.saturating_add(waiting) >= MAX_UNANSWERED_WHEN_SUSPECT
-            };
+            let flooded = liveness.timed_out && liveness.unanswered >= MAX_UNANSWERED_WHEN_SUSPECT;
             if silent_for < self.connect_timeout && !flooded {
                 return None;
             }
@@ -1168,7 +979,6 @@ impl Node {
         let node = Arc::clone(self);
         runtime.spawn(async move {
             let ping = redis::cmd("PING");
-            let sent_at = tokio::time::Instant::now();
             let answered =
                 tokio::time::timeout(node.connect_timeout, ping.query_async::<Value>(&mut conn))
                     .await
@@ -1176,7 +986,7 @@ impl Node {
             let mut liveness = node.liveness();
             liveness.probing = false;
             if answered {
-                liveness.answered(generation, sent_at.elapsed() <= node.node_timeout);
+                liveness.answered(generation);
             }
         });
     }
@@ -1313,19 +1123,6 @@ impl Slot {
 }
 
 /// Whether a call that met a dead connection is sent again on a new one.
-/// Ends the flight its caller made (on landing, or when the caller's future
-/// is dropped: a command already written runs on the node all the same)
-/// and starts the task that flies what queued behind it.
-struct Landing<'a>(&'a Arc<Node>);
-
-impl Drop for Landing<'_> {
-    fn drop(&mut self) {
-        if self.0.outbox.land() {
-            self.0.spawn_flights();
-        }
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Resend {
     AfterReconnect,
@@ -1349,62 +1146,6 @@ fn with_fences(cmd: &mut Cmd, keys: &KeySet) {
     cmd.arg(2 * keys.len());
     names(cmd, keys);
     cmd.arg(keys.fences());
-}
-
-/// A batch call's arguments (`scripts/batch.lua`): `numkeys`, every
-/// operation's keys, then five values per operation, in order. A handoff is
-/// never batched (it flies alone) and adds nothing.
-fn batch_args(cmd: &mut Cmd, ops: &[Op]) {
-    cmd.arg(ops.iter().map(Op::keys).sum::<usize>());
-    for op in ops {
-        match op {
-            Op::Acquire { entry, .. } => {
-                names(cmd, &entry.keys);
-                cmd.arg(entry.keys.fences());
-            }
-            Op::Release { entry, .. } => names(cmd, &entry.keys),
-            Op::Handoff { .. } => {}
-        }
-    }
-    let head = |cmd: &mut Cmd, kind: &str, entry: &Entry| {
-        cmd.arg(kind)
-            .arg(entry.keys.len())
-            .arg(&*entry.token)
-            .arg(&*entry.id);
-    };
-    for op in ops {
-        match op {
-            Op::Acquire {
-                entry,
-                ttl_ms,
-                waits,
-            } => {
-                head(cmd, if *waits { "W" } else { "A" }, entry);
-                cmd.arg(*ttl_ms);
-            }
-            Op::Release { entry, announce } => {
-                head(cmd, "R", entry);
-                cmd.arg(u8::from(*announce));
-            }
-            Op::Handoff { .. } => {}
-        }
-    }
-}
-
-/// The same error as every operation's answer.
-fn failed_all(e: &NodeError, n: usize) -> Vec<Answer> {
-    (0..n).map(|_| Err(e.clone())).collect()
-}
-
-/// What a call to a stalled connection fails with.
-fn stalled_error(silent_for: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!(
-            "no reply to anything for {} ms: nothing more is sent until it answers",
-            silent_for.as_millis()
-        ),
-    ))
 }
 
 /// Sorts a Redis error into the classes a caller can act on.
@@ -1445,7 +1186,7 @@ mod tests {
     fn counters_outside_the_exact_range_are_refused() {
         let node = Node::new(
             Target::Direct(Client::open("redis://127.0.0.1:1").expect("url")),
-            (Duration::from_secs(1), Duration::from_millis(50)),
+            Duration::from_secs(1),
             Duration::from_secs(1),
             false,
             (ServerIds::new(1), 0),

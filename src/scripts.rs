@@ -53,28 +53,19 @@ impl Script {
     }
 }
 
-/// The acquires and releases of one outbox flight, in order: each acquire
-/// is `SET NX PX` for every key of a guard at once, all or nothing, plus
+/// `SET NX PX` for every key of a guard at once, all or nothing, plus:
 /// re-entry by the same owner adds a hold, a foreign holder's PTTL is
-/// returned, and each key's fencing counter is read; each release is a
-/// compare-and-delete of one hold (the key goes with its last hold, and
-/// the node announces that it is free).
-pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+/// returned, and each key's fencing counter is read.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/epoch.lua"),
-        include_str!("scripts/acquire_op.lua"),
-        include_str!("scripts/release_op.lua"),
-        include_str!("scripts/batch.lua")
+        include_str!("scripts/acquire.lua")
     ))
 });
-/// A flight of releases alone: [`BATCH`]'s releases without the epoch
-/// check (a release is no vote).
-pub(crate) static RELEASES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release_op.lua"),
-        include_str!("scripts/releases.lua")
-    ))
-});
+/// Compare-and-delete of one hold; the key goes with its last hold, and the
+/// node announces that it is free.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 /// An operator's release of a name, whatever its owner.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_release.lua")));
@@ -129,8 +120,8 @@ pub(crate) static ADOPT: LazyLock<Script> =
 /// Every script, loaded on each new connection.
 pub(crate) fn all() -> [&'static Script; 10] {
     [
-        &BATCH,
-        &RELEASES,
+        &ACQUIRE,
+        &RELEASE,
         &FORCE_RELEASE,
         &EXTEND,
         &RENEW,
@@ -153,8 +144,8 @@ mod tests {
             Script::new("return 1").sha(false),
             "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
         );
-        assert_ne!(BATCH.sha(false), RENEW.sha(false));
-        assert_ne!(BATCH.sha(false), BATCH.sha(true));
-        assert!(BATCH.body(true).starts_with("#!lua\n"));
+        assert_ne!(ACQUIRE.sha(false), RELEASE.sha(false));
+        assert_ne!(ACQUIRE.sha(false), ACQUIRE.sha(true));
+        assert!(ACQUIRE.body(true).starts_with("#!lua\n"));
     }
 }

@@ -1,10 +1,7 @@
 //! Wake-ups: waiters retry as soon as a holder releases, instead of polling.
 //!
 //! The release script publishes on `quorumlock:released:<name>` on every
-//! node where the name became free, if a waiter marked it there: an
-//! attempt of a caller that waits for notices marks the name on each node
-//! it finds it held on (field `waiters` of the lock key). A release nobody
-//! waits for publishes nothing. A [`MultiLock`](crate::MultiLock) whose
+//! node where the name became free. A [`MultiLock`](crate::MultiLock) whose
 //! callers wait for a name subscribes to that channel through **one**
 //! subscriber connection per node, shared by every waiter of the lock
 //! service (started on the first wait, re-made after a failure), and
@@ -42,10 +39,9 @@
 //! handed off; their waiters retry on notices.
 //!
 //! With waiters in other processes, a node's notice wakes each process's
-//! first waiter, which retries once enough of the nodes it found held have
-//! announced a release to make a quorum possible (one, after a refusal at
-//! the gate node; at once if the wait was a release of its own
-//! `MultiLock`).
+//! first waiter, which retries once enough nodes have announced a release
+//! to make a quorum possible (or at once if the wait was a release of its
+//! own `MultiLock`).
 //!
 //! Turn wake-ups off with
 //! [`LockConfigBuilder::wake_ups(false)`](crate::LockConfigBuilder::wake_ups)
@@ -371,19 +367,14 @@ impl Waiter<'_> {
         };
         let until = instant_in(backoff.min(free_in)).min(budget_end);
         // Nodes the last attempt won were rolled back: free. A quorum needs
-        // this many more to announce a release. Only the nodes it found held
-        // announce (the attempt marked the name there, see
-        // `scripts/batch.lua`): one, if it was refused at the gate.
-        let (won, held) = error.and_then(Error::node_reports).map_or((0, 0), |r| {
-            r.iter().fold((0, 0), |(won, held), r| match r.outcome {
-                NodeOutcome::Won => (won + 1, held),
-                NodeOutcome::HeldByOther { .. } => (won, held + 1),
-                _ => (won, held),
-            })
+        // this many more to announce a release.
+        let won = error.and_then(Error::node_reports).map_or(0, |r| {
+            r.iter()
+                .filter(|r| matches!(r.outcome, NodeOutcome::Won))
+                .count()
         });
         let needed = if listen {
-            let needed = wake.required.saturating_sub(won);
-            if held > 0 { needed.min(held) } else { needed }.max(1)
+            wake.required.saturating_sub(won).max(1)
         } else {
             usize::MAX
         };

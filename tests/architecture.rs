@@ -42,7 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "I/O",
         &[
-            "scripts", "epoch", "sentinel", "outbox", "node", "fanout", "core", "fenced",
+            "scripts", "epoch", "sentinel", "node", "fanout", "core", "fenced",
         ],
     ),
     ("state", &["lease"]),

@@ -227,19 +227,7 @@ async fn one_guard_covers_every_name_for_extend_and_release() {
             assert!(*carries && extended[0], "{url}: confirmed but not extended");
         }
     }
-    // A node the acquire was decided without may never have been sent it
-    // (a call still queued behind another is dropped, `src/outbox.rs`):
-    // the extend finds nothing there. Every other node is held.
-    for ((url, hold), carries) in guard.nodes().zip(&carrying) {
-        assert!(
-            hold != Hold::NotHeld || !*carries,
-            "{url}: carries the names but counted as not held"
-        );
-    }
-    assert!(
-        guard.nodes().filter(|(_, h)| *h == Hold::Held).count() >= 2,
-        "a majority of 3"
-    );
+    assert!(guard.nodes().all(|(_, h)| h != Hold::NotHeld));
 
     let report = guard.release().await;
     assert!(report.was_held);

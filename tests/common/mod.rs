@@ -45,13 +45,7 @@ pub fn value_on(node: &RedisNode, key: &str) -> Option<String> {
 pub fn holds_on(node: &RedisNode, key: &str) -> usize {
     let mut conn = node.connection().expect("inspect node");
     let fields: usize = redis::cmd("HLEN").arg(key).query(&mut conn).expect("HLEN");
-    // Not holds: the owner, and the mark a waiting acquire leaves.
-    let marked: bool = redis::cmd("HEXISTS")
-        .arg(key)
-        .arg("waiters")
-        .query(&mut conn)
-        .expect("HEXISTS");
-    fields.saturating_sub(1 + usize::from(marked))
+    fields.saturating_sub(1)
 }
 
 /// The fencing counter of lock `key` on one node (`None`: absent). Stored
@@ -181,23 +175,11 @@ const RENEW_SCRIPT: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
     include_str!("../../src/scripts/renew.lua")
 );
-/// Acquires and releases leave in batches (`src/outbox.rs`); releases
-/// alone in a leaner script.
-const BATCH_SCRIPT: &str = concat!(
+const ACQUIRE_SCRIPT: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
-    include_str!("../../src/scripts/acquire_op.lua"),
-    include_str!("../../src/scripts/release_op.lua"),
-    include_str!("../../src/scripts/batch.lua")
+    include_str!("../../src/scripts/acquire.lua")
 );
-const RELEASES_SCRIPT: &str = concat!(
-    include_str!("../../src/scripts/release_op.lua"),
-    include_str!("../../src/scripts/releases.lua")
-);
-
-/// Whether slowlog args are a batch call (of either script).
-fn is_batch(args: &[String]) -> bool {
-    is_script(args, BATCH_SCRIPT) || is_script(args, RELEASES_SCRIPT)
-}
+const RELEASE_SCRIPT: &str = include_str!("../../src/scripts/release.lua");
 
 /// Whether slowlog args are a call of `body` (by SHA, or by the body's
 /// first 128 bytes, which is what the slowlog keeps of an `EVAL`).
@@ -233,68 +215,26 @@ pub fn renew_calls(node: &RedisNode, key: &str) -> Vec<u64> {
     ids
 }
 
-/// The lock operations a recording node ran on `key`, oldest first, with
-/// their slowlog ids (which grow in execution order; operations of one batch
-/// call share its id and keep their order). Renewals are not included (see
-/// [`renew_calls`]). The slowlog keeps 32 arguments of a call: the tests
-/// that read it make few calls at a time, so their batches are short.
+/// The lock scripts a recording node ran on `key`, oldest first, with their
+/// slowlog ids (which grow in execution order). Renewals are not included
+/// (see [`renew_calls`]).
 pub fn script_calls(node: &RedisNode, key: &str) -> Vec<(u64, ScriptCall)> {
-    let mut calls: Vec<(u64, usize, ScriptCall)> = slowlog(node, 100_000)
+    let mut calls: Vec<(u64, ScriptCall)> = slowlog(node, 100_000)
         .into_iter()
-        .filter(|(_, args)| is_batch(args))
-        .flat_map(|(id, args)| {
-            batch_ops(&args)
-                .into_iter()
-                .enumerate()
-                .filter(|(_, (keys, _))| keys.iter().any(|k| k == key))
-                .map(move |(i, (_, call))| (id, i, call))
+        .filter_map(|(id, args)| {
+            if args.get(3).map(String::as_str) != Some(key) {
+                return None;
+            }
+            if is_script(&args, RELEASE_SCRIPT) {
+                Some((id, ScriptCall::Release))
+            } else if is_script(&args, ACQUIRE_SCRIPT) {
+                Some((id, ScriptCall::Acquire))
+            } else {
+                None
+            }
         })
         .collect();
-    calls.sort_unstable_by_key(|(id, i, _)| (*id, *i));
-    calls.into_iter().map(|(id, _, call)| (id, call)).collect()
-}
-
-/// The operations of one batch call (`EVALSHA sha numkeys keys… argv…`,
-/// five arguments per operation, see `src/scripts/batch.lua`): each one's
-/// lock keys and kind.
-fn batch_ops(args: &[String]) -> Vec<(Vec<String>, ScriptCall)> {
-    let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
-    let keys = args.get(3..).unwrap_or_default();
-    let argv = keys.get(numkeys.min(keys.len())..).unwrap_or_default();
-    let mut at = 0;
-    let mut ops = Vec::new();
-    for op in argv.chunks_exact(5) {
-        let m: usize = op[1].parse().unwrap_or(0);
-        let (kind, width) = match op[0].as_str() {
-            // 'W': the acquire of a caller that waits for a notice.
-            "A" | "W" => (ScriptCall::Acquire, 2 * m),
-            "R" => (ScriptCall::Release, m),
-            // Cut off by the slowlog's 32 arguments.
-            _ => break,
-        };
-        let names = keys.get(at..(at + m).min(keys.len())).unwrap_or_default();
-        ops.push((names.to_vec(), kind));
-        at += width;
-    }
-    ops
-}
-
-/// The batch calls a recording node ran whose first key starts with
-/// `prefix`, oldest first: slowlog id, `numkeys` (kept whole: an acquire of
-/// one name has two keys, a release one), and the kinds of the operations
-/// the slowlog's 32 arguments still show.
-pub fn batch_calls(node: &RedisNode, prefix: &str) -> Vec<(u64, usize, Vec<ScriptCall>)> {
-    let mut calls: Vec<(u64, usize, Vec<ScriptCall>)> = slowlog(node, 100_000)
-        .into_iter()
-        .filter(|(_, args)| is_batch(args))
-        .filter(|(_, args)| args.get(3).is_some_and(|k| k.starts_with(prefix)))
-        .map(|(id, args)| {
-            let numkeys: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
-            let kinds = batch_ops(&args).into_iter().map(|(_, kind)| kind).collect();
-            (id, numkeys, kinds)
-        })
-        .collect();
-    calls.sort_unstable_by_key(|(id, _, _)| *id);
+    calls.sort_unstable_by_key(|(id, _)| *id);
     calls
 }
 

@@ -276,16 +276,6 @@ pub async fn assert_rolled_back(node: &RedisNode, key: &str, mark: u64) {
     assert_eq!(value_on(node, key), None, "{key:?} left on {}", node.url());
 }
 
-/// Waits until every node carries `key`: an acquire decides at its quorum,
-/// and its requests to the other nodes land right after.
-pub async fn wait_until_everywhere(testbed: &Testbed, key: &str) {
-    let what = format!("{key:?} on every node");
-    wait_for(&what, Duration::from_secs(2), || {
-        values(testbed, key).iter().all(Option::is_some)
-    })
-    .await;
-}
-
 /// Subscribers of `key`'s release channel on one node (`PUBSUB NUMSUB`).
 pub fn subscribers_on(node: &RedisNode, key: &str) -> i64 {
     let mut conn = node.connection().expect("inspect node");

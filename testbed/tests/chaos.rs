@@ -27,6 +27,33 @@ fn out(name: &str) -> PathBuf {
     dir
 }
 
+/// Prints the last lines of each worker's log in `dir` (its stderr).
+fn print_worker_logs(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut logs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(20)..];
+        println!(
+            "--- {} (last {} of {} lines)",
+            log.display(),
+            tail.len(),
+            lines.len()
+        );
+        for line in tail {
+            println!("{line}");
+        }
+    }
+}
+
 fn worker_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_chaos"))
 }
@@ -53,6 +80,11 @@ fn short_mix_of_every_fault_passes_with_coverage() {
     let outcome = mix::run(&options).expect("the mix ran");
     let table = outcome.report.summary_table();
     println!("{table}");
+    if outcome.report.verdict != Verdict::Pass {
+        // CI keeps nothing of the run's directory: what the workers said
+        // (a panic, an error) is printed with the failure.
+        print_worker_logs(&outcome.dir);
+    }
     assert_eq!(
         outcome.report.verdict,
         Verdict::Pass,

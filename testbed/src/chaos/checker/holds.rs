@@ -61,6 +61,9 @@ pub struct Hold {
     pub renewals: u32,
     /// Whether a loss was reported for it.
     pub lost: bool,
+    /// The nodes (0-based, configuration order) its acquire reported held,
+    /// so that a violation names where both holders believed they held.
+    pub nodes: Vec<usize>,
 }
 
 /// One fault, from its [`What::FaultStart`] to its [`What::FaultEnd`].
@@ -210,6 +213,7 @@ struct HoldBuilder<'a> {
     token: Option<u64>,
     renewals: u32,
     lost: bool,
+    nodes: &'a [usize],
 }
 
 impl<'a> HoldBuilder<'a> {
@@ -223,15 +227,22 @@ impl<'a> HoldBuilder<'a> {
             token: None,
             renewals: 0,
             lost: false,
+            nodes: &[],
         }
     }
 
     fn add(&mut self, e: &'a Event) {
         match &e.what {
-            What::Won { key, deadline, .. } => {
+            What::Won {
+                key,
+                deadline,
+                nodes,
+                ..
+            } => {
                 if self.won.is_none_or(|(t, _)| e.t < t) {
                     self.won = Some((e.t, e.src.as_str()));
                     self.key = key;
+                    self.nodes = nodes;
                 }
                 self.deadline = self.deadline.max(*deadline);
             }
@@ -285,6 +296,7 @@ impl<'a> HoldBuilder<'a> {
             token: self.token,
             renewals: self.renewals,
             lost: self.lost,
+            nodes: self.nodes.to_vec(),
         })
     }
 }

@@ -487,12 +487,22 @@ fn check_lost_updates(
     lost
 }
 
+/// A hold as a violation names it: its interval, what ended it, the nodes
+/// its acquire reported held, and its renewals and loss (what it believed).
 fn describe(h: &Hold, t0: Nanos) -> String {
+    let nodes: Vec<String> = h.nodes.iter().map(|i| format!("n{i}")).collect();
     format!(
-        "{} [{:.3} s, {:.3} s, {}]",
+        "{} [{:.3} s, {:.3} s, {}; won on {}; {} renewals{}]",
         h.id,
         secs(h.start, t0),
         secs(h.end, t0),
-        h.ended_by.name()
+        h.ended_by.name(),
+        if nodes.is_empty() {
+            "-".to_string()
+        } else {
+            nodes.join(",")
+        },
+        h.renewals,
+        if h.lost { ", lost" } else { "" }
     )
 }

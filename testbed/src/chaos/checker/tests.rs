@@ -56,6 +56,8 @@ fn overlapping_holds_fail() {
     assert_eq!(o.holds, ["w2-1", "w3-1"]);
     assert_eq!((o.start, o.end), (ms(65.0), ms(70.0)));
     assert!(o.detail.contains("5.0 ms"), "{}", o.detail);
+    // Where each holder believed it held, for the one who reads a failure.
+    assert!(o.detail.contains("won on n0,n1,n2"), "{}", o.detail);
     assert!(report.reasons[0].contains("overlap"));
 }
 

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{MultiLock, Quorum, RetryPolicy, Wait};
+use quorumlock::{MultiLock, RetryPolicy, Wait};
 use quorumlock_testbed::{RedisNode, Restart, Testbed};
 
 /// Spawns `lock.acquire(name)` with a long budget, as another task.
@@ -350,9 +350,8 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_after_contention_ask_the_gate_alone() {
     let testbed = common::start_recording(5);
-    // The holder needs every node, so the gate surely refuses: a round
-    // decided at its quorum drops the calls it has not sent yet.
-    let holder = common::connected(common::lock_with(&testbed, |b| b.quorum(Quorum::All))).await;
+    // On every node, so the gate surely refuses.
+    let holder = common::every_node_lock(&testbed).await;
     // A generous node timeout: a gate call that timed out on a loaded
     // machine would make the gate suspect and move it to the next node.
     let waiter = common::connected(common::lock_with(&testbed, |b| {

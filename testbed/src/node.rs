@@ -851,7 +851,7 @@ fn tail_of_file(path: &Path, lines: usize) -> String {
 }
 
 /// Like [`tail_of_file`], but `None` when the file is missing or empty.
-fn tail_of_file_if_nonempty(path: &Path, lines: usize) -> Option<String> {
+pub(crate) fn tail_of_file_if_nonempty(path: &Path, lines: usize) -> Option<String> {
     let bytes = fs::read(path).ok()?;
     let text = String::from_utf8_lossy(&bytes);
     if text.trim().is_empty() {

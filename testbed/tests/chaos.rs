@@ -13,6 +13,7 @@ use quorumlock_testbed::chaos::checker::{Floors, Verdict, ViolationKind};
 use quorumlock_testbed::chaos::controls::{self, Control};
 use quorumlock_testbed::chaos::faults::FaultKind;
 use quorumlock_testbed::chaos::mix::{self, MixOptions};
+use quorumlock_testbed::chaos::workers;
 
 /// The runs share two cores: one at a time, so a control's timing and the
 /// mix's throughput do not depend on what else runs.
@@ -25,33 +26,6 @@ fn out(name: &str) -> PathBuf {
     // A previous run's files would mix into this one's history.
     let _ = std::fs::remove_dir_all(&dir);
     dir
-}
-
-/// Prints the last lines of each worker's log in `dir` (its stderr).
-fn print_worker_logs(dir: &std::path::Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut logs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .collect();
-    logs.sort();
-    for log in logs {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(20)..];
-        println!(
-            "--- {} (last {} of {} lines)",
-            log.display(),
-            tail.len(),
-            lines.len()
-        );
-        for line in tail {
-            println!("{line}");
-        }
-    }
 }
 
 fn worker_bin() -> PathBuf {
@@ -83,7 +57,9 @@ fn short_mix_of_every_fault_passes_with_coverage() {
     if outcome.report.verdict != Verdict::Pass {
         // CI keeps nothing of the run's directory: what the workers said
         // (a panic, an error) is printed with the failure.
-        print_worker_logs(&outcome.dir);
+        for (id, tail) in workers::log_tails(&outcome.dir, 20) {
+            println!("--- {id}.log, last lines\n{tail}");
+        }
     }
     assert_eq!(
         outcome.report.verdict,

@@ -30,6 +30,13 @@ pub fn lock(testbed: &Testbed) -> MultiLock {
     lock_with(testbed, |b| b)
 }
 
+/// A connected lock that needs every node: its acquire succeeds only with
+/// the key on all of them. A majority round drops the calls it has not sent
+/// once it is decided, so only this makes "node i carries the key" certain.
+pub async fn every_node_lock(testbed: &Testbed) -> MultiLock {
+    connected(lock_with(testbed, |b| b.quorum(quorumlock::Quorum::All))).await
+}
+
 /// The owner token stored under lock `key` on one node (`None`: absent).
 pub fn value_on(node: &RedisNode, key: &str) -> Option<String> {
     let mut conn = node.connection().expect("inspect node");

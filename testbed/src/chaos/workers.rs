@@ -69,7 +69,7 @@ impl Workers {
         options.history = self.dir.join(format!("history-{id}.jsonl"));
         options.seed = self.template.seed.wrapping_add(state.started as u64 * 7919);
         adjust(&mut options);
-        let out = File::create(self.dir.join(format!("{id}.log")))
+        let out = File::create(log_path(&self.dir, &id))
             .map_err(ChaosError::io(format!("creating {id}.log")))?;
         let err = out
             .try_clone()
@@ -287,4 +287,52 @@ pub fn worker_args(o: &WorkerOptions) -> Vec<String> {
         args.push(n.to_string());
     }
     args
+}
+
+/// Where worker `id` of a run in `dir` writes its stdout and stderr.
+fn log_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.log"))
+}
+
+/// The last `lines` lines of every worker log in `dir` that is not empty
+/// (a panic, an error), by worker id: what a failed run shows, since a CI
+/// machine keeps no run directory.
+pub fn log_tails(dir: &Path, lines: usize) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".log")?.to_string())
+        })
+        .collect();
+    ids.sort();
+    ids.into_iter()
+        .filter_map(|id| {
+            let tail = crate::node::tail_of_file_if_nonempty(&log_path(dir, &id), lines)?;
+            Some((id, tail))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_tails_show_only_worker_logs_with_something_in_them() {
+        let dir = std::env::temp_dir().join(format!("ql-log-tails-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(log_path(&dir, "w1"), "a\nb\npanicked at x\n").expect("w1");
+        std::fs::write(log_path(&dir, "w2"), "").expect("w2");
+        std::fs::write(dir.join("history-w1.jsonl"), "{}\n").expect("history");
+        let tails = log_tails(&dir, 2);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert_eq!(
+            tails,
+            vec![("w1".to_string(), "b\npanicked at x\n".to_string())]
+        );
+    }
 }

@@ -142,14 +142,15 @@ async fn extend_rejects_a_ttl_that_cannot_work() {
 /// A release future dropped at any of its await points still releases, in
 /// the background: no node keeps the key until its TTL (30 s here; the
 /// wait below gives up after 5 s). Polled k times, then dropped, for k from
-/// 0 (never polled) until a release finishes within its polls.
+/// 0 (never polled) until a release finishes within its polls. The bound is
+/// generous: on a loaded machine a yield may pass before any reply lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_release_still_releases_everywhere() {
     let testbed = Testbed::start(3).expect("testbed");
     // Wake-ups on: a release also announces itself, one more await point.
     let lock = common::connected(common::lock(&testbed)).await;
     let mut finished = false;
-    for polls in 0..64 {
+    for polls in 0..1024 {
         let guard = lock.try_acquire("ledger").await.expect("free");
         let mut release = Box::pin(guard.release());
         for _ in 0..polls {
@@ -166,5 +167,5 @@ async fn a_dropped_release_still_releases_everywhere() {
             break;
         }
     }
-    assert!(finished, "a release finished within 64 polls");
+    assert!(finished, "a release finished within 1024 polls");
 }

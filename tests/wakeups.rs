@@ -380,10 +380,11 @@ async fn retries_after_contention_ask_the_gate_alone() {
             .count()
     };
     let nodes = testbed.nodes();
-    // The holder's acquire, then the waiter's: 4 at the gate, at most 1
-    // elsewhere (its first attempt asked every node; one decided before a
-    // request was written skips it).
-    assert_eq!(acquires(&nodes[0]), 1 + 4);
+    // The holder's acquire, then the waiter's: its 3 retries at the gate
+    // alone, and its first attempt on every node, at most once each (one
+    // decided before a request was written skips that node, the gate too).
+    let at_gate = acquires(&nodes[0]);
+    assert!((1 + 3..=1 + 4).contains(&at_gate), "{at_gate} at the gate");
     for node in &nodes[1..] {
         assert!(acquires(node) <= 1 + 1, "{}", node.url());
     }

@@ -6,10 +6,11 @@
 //! calls still unfinished as [`Unfinished`]. What to do with them is the
 //! caller's choice, and it matters:
 //!
-//! * Acquire and extend **drop** them: nothing of a decided attempt is
-//!   sent after it. A command already written to the socket still runs on
-//!   its node (and its rollback or release queues behind it); one not yet
-//!   written is skipped.
+//! * Acquire, extend, renew and the fencing raise **drop** them: nothing of
+//!   a decided round is sent after it (each may take a lock key, and a
+//!   late one would outrun the release that follows). A command already
+//!   written to the socket still runs on its node (and its rollback or
+//!   release queues behind it); one not yet written is skipped.
 //! * Rollback and release **finish** them in the background
 //!   ([`Unfinished::finish_in_background`]): a release must reach every
 //!   node, and a dropped release would be skipped if not yet written.

@@ -333,9 +333,12 @@ async fn raise(lease: &Lease, token: u64) -> Result<u64, Error> {
     )
     .await;
     round.finish(end);
-    // The other nodes get the raise too: later readers then find more
-    // nodes up to date.
-    unfinished.finish_in_background(core.background_bound(), "fence");
+    // Dropped, not finished in the background: a raise re-takes an absent
+    // key, and one sent after the guard's release would leave a key there
+    // until it expires. A raise already queued on a connection runs before
+    // any release queued after it; one not yet queued is skipped. The
+    // majority that confirmed the token is all a later reader needs.
+    drop(unfinished);
 
     let tally = round.tally;
     if tally.decision() == Decision::Won && lease.is_held() {

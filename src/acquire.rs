@@ -45,6 +45,9 @@ pub(crate) struct Request {
     pub(crate) watched: bool,
     /// The keys' TTL (the lock's, unless this acquire set its own).
     pub(crate) ttl: Duration,
+    /// The caller waits for a release notice between attempts: a key found
+    /// held is marked so that its release announces itself.
+    pub(crate) waits: bool,
 }
 
 impl Request {
@@ -59,6 +62,7 @@ impl Request {
             fence: None,
             watched,
             ttl,
+            waits: false,
         })
     }
 
@@ -98,8 +102,13 @@ impl Services {
         self: &Arc<Self>,
         request: &Request,
     ) -> Result<LockGuard, Error> {
-        let gate = self.core.nodes.iter().position(|n| n.is_healthy());
-        self.attempt_through(request, gate).await
+        self.attempt_through(request, self.gate()).await
+    }
+
+    /// The node a gated attempt asks first: the first healthy one in
+    /// configuration order.
+    pub(crate) fn gate(&self) -> Option<usize> {
+        self.core.nodes.iter().position(|n| n.is_healthy())
     }
 
     async fn attempt_through(
@@ -129,7 +138,7 @@ impl Services {
         let ttl_ms = ttl_millis(request.ttl);
         bump(&core.counters.attempts);
         let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
-        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms);
+        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits);
         if let Some(gate) = gate {
             let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
             match reply {
@@ -142,7 +151,7 @@ impl Services {
                 Ok(reply) => {
                     if round.record(gate, reply, AcquireReply::vote) {
                         round.finish(End::Decided);
-                        return self.decide(request, entry, &mut round, false).await;
+                        return self.decide(request, entry, &mut round).await;
                     }
                 }
                 // No answer in time: the gate's call was dropped, and its
@@ -154,7 +163,7 @@ impl Services {
         round
             .ask(gate, core.config.node_timeout, acquire, AcquireReply::vote)
             .await;
-        self.decide(request, entry, &mut round, false).await
+        self.decide(request, entry, &mut round).await
     }
 
     /// The refusal of an attempt that the gate turned away: contended, and
@@ -225,7 +234,7 @@ impl Services {
         // waiter for one that went away (and rolls its hold back).
         tokio::spawn(async move { while rest.recv().await.is_some() {} });
         bump(&core.counters.handed_over);
-        self.decide(request, entry, &mut round, true).await
+        self.decide(request, entry, &mut round).await
     }
 
     /// A handoff whose start never came (cannot happen): without a start no
@@ -235,7 +244,7 @@ impl Services {
         let core = &self.core;
         let mut nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
             (0..core.nodes.len()).map(|_| None).collect();
-        release::rollback(core, &entry, &nothing, true).await;
+        release::rollback(core, &entry, &nothing).await;
         Error::QuorumNotReached {
             key: entry.keys.to_string(),
             required: core.required(),
@@ -245,14 +254,12 @@ impl Services {
     }
 
     /// Turns a decided acquire round into a guard, or rolls it back and
-    /// says why not. `handoff`: the round came from a release's handoff;
-    /// the name may be free after a rollback, so the rollback announces it.
+    /// says why not.
     async fn decide(
         self: &Arc<Self>,
         request: &Request,
         entry: Entry,
         round: &mut QuorumRound<AcquireReply>,
-        handoff: bool,
     ) -> Result<LockGuard, Error> {
         let config = &self.core.config;
         let (validity, _) = round.validity(request.ttl, config.drift_factor);
@@ -269,7 +276,7 @@ impl Services {
             return Ok(self.guard(request, entry, round));
         }
         // Lost (or won too late): undo whatever the attempt may have written.
-        release::rollback(&self.core, &entry, &round.replies, handoff).await;
+        release::rollback(&self.core, &entry, &round.replies).await;
         Err(self.refusal(&entry, round, validity))
     }
 
@@ -411,6 +418,7 @@ impl HeldLock {
             fence: Some(Arc::clone(&lease.fence)),
             watched: lease.watched,
             ttl: self.services.core.config.ttl,
+            waits: false,
         };
         self.services.attempt(&request).await
     }

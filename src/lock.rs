@@ -603,9 +603,10 @@ impl MultiLock {
     /// a handoff, the holder's remaining TTL or the backoff.
     pub(crate) async fn acquire_request(
         &self,
-        request: Request,
+        mut request: Request,
         wait: Option<Duration>,
     ) -> Result<LockGuard, Error> {
+        request.waits = wait.is_some() && self.services.core.config.wake_ups;
         let span = tracing::debug_span!(
             "acquire",
             key = %request.keys,
@@ -657,7 +658,9 @@ impl MultiLock {
             // attempt that would find the name taken or handed over.
             let backoff = retry.delay(1, rand::random::<f64>());
             let pause = Instant::now();
-            woken = waiting.wait(None, backoff, budget_end, next(), true).await;
+            woken = waiting
+                .wait(None, backoff, budget_end, next(), true, None)
+                .await;
             *waited += pause.elapsed();
         }
         // Lost to contention last time: the next attempt goes through the
@@ -696,9 +699,13 @@ impl MultiLock {
             // Lost a race that a release notice started: sit the next
             // notice out (see `Waiter::wait`).
             let listen = !(contended && waiting.woke_on_notice());
+            // The next attempt asks the gate first. Refused there after a
+            // wake on other nodes' notices, it met a release on its way to
+            // the gate, not a lost race: it keeps listening.
+            let gate = if contended { services.gate() } else { None };
             let pause = Instant::now();
             woken = waiting
-                .wait(Some(&error), backoff, budget_end, next(), listen)
+                .wait(Some(&error), backoff, budget_end, next(), listen, gate)
                 .await;
             *waited += pause.elapsed();
         }

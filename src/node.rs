@@ -365,11 +365,14 @@ impl Node {
         }
     }
 
-    /// Runs the acquire script for every key of the entry.
+    /// Runs the acquire script for every key of the entry. `waits`: the
+    /// caller waits for a release notice, so a key found held is marked
+    /// and its release announces itself (`scripts/acquire.lua`).
     pub(crate) fn acquire(
         self: &Arc<Self>,
         entry: Entry,
         ttl_ms: u64,
+        waits: bool,
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
@@ -377,6 +380,7 @@ impl Node {
                 .voting(&scripts::ACQUIRE, |cmd| {
                     with_fences(cmd, &entry.keys);
                     cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
+                    cmd.arg(if waits { "1" } else { "0" });
                 })
                 .await?;
             let m = entry.keys.len();
@@ -396,21 +400,19 @@ impl Node {
         }
     }
 
-    /// Runs the release script: gives back this entry on every key, and if
-    /// `announce`, publishes a release notice for each key that became free.
+    /// Runs the release script: gives back this entry on every key, and
+    /// publishes a release notice for each key that became free if a
+    /// waiter marked it.
     pub(crate) fn release(
         self: &Arc<Self>,
         entry: Entry,
-        announce: bool,
     ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .eval(&scripts::RELEASE, |cmd| {
                     with_keys(cmd, &entry.keys);
-                    cmd.arg(&*entry.token)
-                        .arg(&*entry.id)
-                        .arg(if announce { "1" } else { "0" });
+                    cmd.arg(&*entry.token).arg(&*entry.id);
                 })
                 .await?;
             match reply {
@@ -452,7 +454,7 @@ impl Node {
                 Ok(reply) => reply,
                 Err(e) => {
                     if e.kind() == NodeErrorKind::Unreachable {
-                        let _ = node.release(from, true).await;
+                        let _ = node.release(from).await;
                     }
                     return Err(e);
                 }

@@ -63,13 +63,12 @@ pub struct ReleaseReport {
 /// nothing then). Nodes that answered are responsive: wait for their
 /// release (one round trip) so the next attempt finds them clean. Nodes
 /// that did not answer may still run our acquire later; their release is
-/// queued behind it and a background task sees it through. `announce`:
-/// publish a release notice where the name became free.
+/// queued behind it and a background task sees it through. A key some
+/// waiter marked meanwhile is announced as it goes (`scripts/release.lua`).
 pub(crate) async fn rollback(
     core: &Core,
     entry: &Entry,
     replies: &[Option<Result<AcquireReply, NodeError>>],
-    announce: bool,
 ) {
     // (node, whether it answered the acquire) for every node that may
     // carry our entry: all but those that answered "held by another".
@@ -88,7 +87,7 @@ pub(crate) async fn rollback(
     let (_, unfinished) = fan_out(
         targets.len(),
         deadline,
-        |j| core.nodes[targets[j].0].release(entry.clone(), announce),
+        |j| core.nodes[targets[j].0].release(entry.clone()),
         |j, reply| {
             if let Err(error) = reply {
                 tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
@@ -134,7 +133,7 @@ pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseR
     let (end, unfinished) = fan_out_announcing(
         core.nodes.len(),
         tally.deadline(core),
-        |i| core.nodes[i].release(entry.clone(), true),
+        |i| core.nodes[i].release(entry.clone()),
         // Queued on every node: a waiter of this lock service may attempt
         // now, its requests run after the release.
         || wake.released(&entry.keys),
@@ -179,11 +178,11 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
     if waiter_gone {
         // The waiter stopped waiting before it could decide (its future
         // was dropped): nobody owns what was taken for it. Give it back,
-        // queued behind the handoff on every node, and announce it.
+        // queued behind the handoff on every node.
         let (_, unfinished) = fan_out(
             n,
             Instant::now(),
-            |i| core.nodes[i].release(next.entry.clone(), true),
+            |i| core.nodes[i].release(next.entry.clone()),
             |_, _| false,
         )
         .await;

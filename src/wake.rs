@@ -1,7 +1,10 @@
 //! Wake-ups: waiters retry as soon as a holder releases, instead of polling.
 //!
 //! The release script publishes on `quorumlock:released:<name>` on every
-//! node where the name became free. A [`MultiLock`](crate::MultiLock) whose
+//! node where the name became free, if a waiter marked it there: an
+//! attempt of a caller that waits for notices marks the name on each node
+//! it finds it held on (field `waiters` of the lock key). A release nobody
+//! waits for publishes nothing. A [`MultiLock`](crate::MultiLock) whose
 //! callers wait for a name subscribes to that channel through **one**
 //! subscriber connection per node, shared by every waiter of the lock
 //! service (started on the first wait, re-made after a failure), and
@@ -39,9 +42,10 @@
 //! handed off; their waiters retry on notices.
 //!
 //! With waiters in other processes, a node's notice wakes each process's
-//! first waiter, which retries once enough nodes have announced a release
-//! to make a quorum possible (or at once if the wait was a release of its
-//! own `MultiLock`).
+//! first waiter, which retries once enough of the nodes it found held have
+//! announced a release to make a quorum possible (one, after a refusal at
+//! the gate node; at once if the wait was a release of its own
+//! `MultiLock`).
 //!
 //! Turn wake-ups off with
 //! [`LockConfigBuilder::wake_ups(false)`](crate::LockConfigBuilder::wake_ups)
@@ -295,7 +299,9 @@ pub(crate) struct Waiter<'a> {
     seen: Vec<Box<[u64]>>,
     turn: Option<OwnedMutexGuard<()>>,
     /// Whether the last sleep ended on release notices (not on its timer
-    /// or a handoff).
+    /// or a handoff) that the gate's own was among, or on a release by
+    /// this lock service: a gated attempt refused after such a wake lost a
+    /// race to other waiters, not to a release still on its way.
     woke_on_notice: bool,
 }
 
@@ -338,6 +344,13 @@ impl Waiter<'_> {
     /// waiter hears a notice at the same moment, and a herd that races on
     /// each one splits the nodes and spends its CPU on rounds and rollbacks
     /// that nobody wins (a handoff by this lock service still ends it).
+    ///
+    /// `gate`: the node the next attempt asks first. If the last attempt
+    /// found the name held there and the notices that end the wait do not
+    /// include the gate's, [`woke_on_notice`](Self::woke_on_notice) stays
+    /// false: the nodes' notices come in any order, and an attempt that
+    /// reaches the gate before its release is refused there without having
+    /// lost a race, so it must not sit the next notice out.
     pub(crate) async fn wait(
         &mut self,
         error: Option<&Error>,
@@ -345,6 +358,7 @@ impl Waiter<'_> {
         budget_end: Instant,
         next: Option<Entry>,
         listen: bool,
+        gate: Option<usize>,
     ) -> Woken {
         let wake = self.wake;
         self.woke_on_notice = false;
@@ -367,21 +381,39 @@ impl Waiter<'_> {
         };
         let until = instant_in(backoff.min(free_in)).min(budget_end);
         // Nodes the last attempt won were rolled back: free. A quorum needs
-        // this many more to announce a release.
-        let won = error.and_then(Error::node_reports).map_or(0, |r| {
-            r.iter()
-                .filter(|r| matches!(r.outcome, NodeOutcome::Won))
-                .count()
-        });
+        // this many more to announce a release. Only the nodes it found held
+        // announce (the attempt marked the name there, see
+        // `scripts/acquire.lua`): one, if it was refused at the gate.
+        let count = |held: bool| {
+            error.and_then(Error::node_reports).map_or(0, |r| {
+                r.iter()
+                    .filter(|r| match r.outcome {
+                        NodeOutcome::Won => !held,
+                        NodeOutcome::HeldByOther { .. } => held,
+                        _ => false,
+                    })
+                    .count()
+            })
+        };
         let needed = if listen {
-            wake.required.saturating_sub(won).max(1)
+            let (won, held) = (count(false), count(true));
+            let needed = wake.required.saturating_sub(won);
+            if held > 0 { needed.min(held) } else { needed }.max(1)
         } else {
             usize::MAX
         };
-        self.sleep_until_notice(until, needed, next).await
+        let gate = gate.filter(|&g| {
+            error
+                .and_then(Error::node_reports)
+                .and_then(|r| r.iter().nth(g))
+                .is_some_and(|r| matches!(r.outcome, NodeOutcome::HeldByOther { .. }))
+        });
+        self.sleep_until_notice(until, Awaited { needed, gate }, next)
+            .await
     }
 
-    /// Whether the last [`wait`](Self::wait) ended on release notices.
+    /// Whether the last [`wait`](Self::wait) ended on release notices, the
+    /// gate's among them (see `gate` there).
     pub(crate) fn woke_on_notice(&self) -> bool {
         self.woke_on_notice
     }
@@ -420,12 +452,12 @@ impl Waiter<'_> {
     }
 
     /// Sleeps with the turn until `until`, until releases announced by
-    /// `needed` nodes (or one by this lock service), or until a release
-    /// hands `next` over.
+    /// `awaited.needed` nodes (or one by this lock service), or until a
+    /// release hands `next` over.
     async fn sleep_until_notice(
         &mut self,
         until: Instant,
-        needed: usize,
+        awaited: Awaited,
         next: Option<Entry>,
     ) -> Woken {
         let wake = self.wake;
@@ -468,9 +500,11 @@ impl Waiter<'_> {
                 // The releaser dropped the offer unused: wait on.
                 Step::Handed(None) => offered = None,
                 Step::Notice => {
-                    if quorum_announced(&registration.notices, &self.seen, needed) {
+                    let heard = Heard::since(&registration.notices, &self.seen);
+                    if heard.quorum_may_be_free(awaited.needed) {
                         bump(&self.counters.woken);
-                        self.woke_on_notice = true;
+                        self.woke_on_notice =
+                            heard.local || awaited.gate.is_none_or(|g| heard.node(g));
                         break Woken::Retry;
                     }
                 }
@@ -545,33 +579,58 @@ enum Step {
     Timer,
 }
 
-/// Whether the notices since `seen` say a quorum may be free: a release by
-/// this lock service (queued on every node), or releases announced by at
-/// least `needed` distinct nodes. Waiting for enough nodes rather than the
-/// first avoids an attempt that reaches the other nodes before their
-/// release does and fails.
-fn quorum_announced(
-    notices: &[watch::Receiver<Box<[u64]>>],
-    seen: &[Box<[u64]>],
+/// What a wait listens for.
+#[derive(Clone, Copy, Debug)]
+struct Awaited {
+    /// How many distinct nodes' release notices end it.
     needed: usize,
-) -> bool {
-    // Per node (any number of them): whether it announced a release.
-    let mut announced: Vec<bool> = Vec::new();
-    let mut local = false;
-    for (now, seen) in notices.iter().zip(seen) {
-        let now = now.borrow();
-        let Some((last, nodes)) = now.split_last() else {
-            continue;
+    /// The node the next attempt asks first, if the last attempt found the
+    /// name held there.
+    gate: Option<usize>,
+}
+
+/// The releases announced since a waiter's last snapshot.
+struct Heard {
+    /// By this lock service (queued on every node).
+    local: bool,
+    /// Per node (any number of them): whether it announced one.
+    nodes: Vec<bool>,
+}
+
+impl Heard {
+    fn since(notices: &[watch::Receiver<Box<[u64]>>], seen: &[Box<[u64]>]) -> Heard {
+        let mut heard = Heard {
+            local: false,
+            nodes: Vec::new(),
         };
-        local |= seen.last().is_some_and(|s| last > s);
-        if announced.len() < nodes.len() {
-            announced.resize(nodes.len(), false);
+        for (now, seen) in notices.iter().zip(seen) {
+            let now = now.borrow();
+            let Some((last, nodes)) = now.split_last() else {
+                continue;
+            };
+            heard.local |= seen.last().is_some_and(|s| last > s);
+            if heard.nodes.len() < nodes.len() {
+                heard.nodes.resize(nodes.len(), false);
+            }
+            for (i, (n, s)) in nodes.iter().zip(seen.iter()).enumerate() {
+                heard.nodes[i] |= n > s;
+            }
         }
-        for (i, (n, s)) in nodes.iter().zip(seen.iter()).enumerate() {
-            announced[i] |= n > s;
-        }
+        heard
     }
-    local || announced.iter().filter(|a| **a).count() >= needed
+
+    /// Whether node `i` announced a release.
+    fn node(&self, i: usize) -> bool {
+        self.nodes.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether a quorum may be free: a release by this lock service, or
+    /// releases announced by at least `needed` distinct nodes. Waiting for
+    /// enough nodes rather than the first avoids an attempt that reaches
+    /// the other nodes before their release does and fails.
+    fn quorum_may_be_free(&self, needed: usize) -> bool {
+        self.local || self.nodes.iter().filter(|a| **a).count() >= needed
+    }
 }
 
 impl Subscriber {
@@ -827,9 +886,18 @@ mod tests {
             *n = 1;
         }
         let (_tx, rx) = watch::channel(Box::<[u64]>::from(now));
-        let notices = [rx];
-        let seen = [seen];
-        assert!(quorum_announced(&notices, &seen, 150));
-        assert!(!quorum_announced(&notices, &seen, 151));
+        let heard = Heard::since(&[rx], &[seen]);
+        assert!(heard.quorum_may_be_free(150));
+        assert!(!heard.quorum_may_be_free(151));
+        assert!(!heard.node(0) && heard.node(50) && !heard.node(200));
+    }
+
+    #[test]
+    fn a_release_by_this_lock_service_needs_no_node() {
+        // 3 nodes, then the local counter.
+        let (_tx, rx) = watch::channel(Box::<[u64]>::from(vec![0, 0, 0, 1]));
+        let heard = Heard::since(&[rx], &[vec![0; 4].into()]);
+        assert!(heard.quorum_may_be_free(3));
+        assert!(!heard.node(0));
     }
 }

@@ -57,6 +57,18 @@ fn slow_polling_lock(testbed: &Testbed) -> MultiLock {
     })
 }
 
+/// The guard of a waiter of a [`slow_polling_lock`], which only a release
+/// notice can wake within the bound.
+async fn woken_by_notice(
+    waiter: tokio::task::JoinHandle<Result<quorumlock::LockGuard, quorumlock::Error>>,
+) -> quorumlock::LockGuard {
+    tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release notice, long before its backoff")
+        .expect("waiter task")
+        .expect("acquired")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_by_another_process_wakes_the_waiter_at_once() {
     let testbed = Testbed::start(3).expect("testbed");
@@ -71,11 +83,7 @@ async fn a_release_by_another_process_wakes_the_waiter_at_once() {
     holder.release().await;
     // Its backoff is 60 s and the holder's TTL 30 s: only a notice ends
     // the wait within this bound.
-    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("woken by the release notice, long before its backoff")
-        .expect("waiter task")
-        .expect("acquired");
+    let guard = woken_by_notice(waiter).await;
     let stats = waiter_lock.stats();
     assert!(stats.woken >= 1, "{stats:?}");
     assert!(stats.wake_notices >= 1, "{stats:?}");
@@ -388,5 +396,74 @@ async fn retries_after_contention_ask_the_gate_alone() {
     for node in &nodes[1..] {
         assert!(acquires(node) <= 1 + 1, "{}", node.url());
     }
+    guard.release().await;
+}
+
+/// Whether lock `key` on `node` carries the mark of a waiting acquire.
+fn marked_on(node: &RedisNode, key: &str) -> bool {
+    let mut conn = node.connection().expect("inspect node");
+    redis::cmd("HEXISTS")
+        .arg(key)
+        .arg("waiters")
+        .query(&mut conn)
+        .expect("HEXISTS")
+}
+
+/// A release nobody waits for publishes nothing, nor does one that only a
+/// `try_acquire` found held. Once a waiter of another lock service (as in
+/// another process) found the name held, the nodes it found it on are
+/// marked, and the holder's release announces itself there and wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_release_somebody_waits_for_is_announced() {
+    let testbed = Testbed::start(3).expect("testbed");
+    // Every node carries the holder's key: each is one the waiter can mark.
+    let holder_lock = common::every_node_lock(&testbed).await;
+    let published = || -> u64 {
+        testbed
+            .nodes()
+            .iter()
+            .map(|n| common::calls_on(n, "publish"))
+            .sum()
+    };
+
+    let quiet = holder_lock.try_acquire("quiet").await.expect("free");
+    let report = quiet.release().await;
+    assert_eq!(report.released, 3, "{report:?}");
+    let holder = holder_lock.try_acquire("job").await.expect("free");
+    let waiter_lock = slow_polling_lock(&testbed);
+    assert!(waiter_lock.try_acquire("job").await.is_err(), "held");
+    assert!(
+        testbed.nodes().iter().all(|n| !marked_on(n, "job")),
+        "a try_acquire waits for nothing: no mark"
+    );
+    assert_eq!(published(), 0, "nobody waited for a release");
+
+    let waiter = spawn_waiter(&waiter_lock, "job");
+    wait_subscribed(&testbed, "job", 1, "the waiter to subscribe on every node").await;
+    // Refused by 2 of 3 nodes, the attempt may end before the third
+    // answers: a quorum of marks is what it waits for.
+    let marked = || {
+        testbed
+            .nodes()
+            .iter()
+            .filter(|n| marked_on(n, "job"))
+            .count()
+    };
+    common::wait_for(
+        "the waiter's mark on 2 nodes",
+        Duration::from_secs(5),
+        || marked() >= 2,
+    )
+    .await;
+    for node in testbed.nodes() {
+        assert_eq!(common::holds_on(node, "job"), 1, "a mark is no hold");
+    }
+    holder.release().await;
+    let guard = woken_by_notice(waiter).await;
+    assert!(published() >= 2, "the marked nodes announced the release");
+    assert!(
+        testbed.nodes().iter().all(|n| !marked_on(n, "job")),
+        "the waiter's own hold is unmarked"
+    );
     guard.release().await;
 }

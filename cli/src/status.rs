@@ -94,6 +94,8 @@ async fn read(
 ) -> Result<Row, String> {
     let owner: Option<String> = query(&mut conn, redis::cmd("HGET").arg(name).arg("owner")).await?;
     let fields: u64 = query(&mut conn, redis::cmd("HLEN").arg(name)).await?;
+    // Not a hold: the mark a waiting acquire leaves (scripts/acquire.lua).
+    let marked: bool = query(&mut conn, redis::cmd("HEXISTS").arg(name).arg("waiters")).await?;
     let pttl: i64 = query(&mut conn, redis::cmd("PTTL").arg(name)).await?;
     let fence: Option<String> = query(
         &mut conn,
@@ -113,7 +115,7 @@ async fn read(
         node: String::new(),
         error: None,
         owner: owner.map(|o| o.chars().take(8).collect()),
-        holds: fields.saturating_sub(1),
+        holds: fields.saturating_sub(1 + u64::from(marked)),
         pttl_ms: (pttl >= 0).then_some(pttl),
         fence: fence.and_then(|f| f.split(' ').next().and_then(|v| v.parse().ok())),
         forced,

@@ -1,11 +1,18 @@
 -- Take every lock key of one guard on this node, all or nothing.
 -- KEYS[1..m] lock keys (sorted), KEYS[m+1..2m] their fencing counters.
 -- ARGV[1] owner token, ARGV[2] this hold's entry id, ARGV[3] TTL in ms,
--- ARGV[4] the quarantine in ms (epoch.lua).
+-- ARGV[4] '1' when the caller waits for a release notice, ARGV[5] the
+-- quarantine in ms (epoch.lua).
 --
 -- A lock key is a hash: field `owner` = the owner token, plus one field per
 -- hold (entry id) of that owner; the hold count is HLEN - 1. The owner may
 -- take it again (re-entry: one more entry); anyone else is refused.
+--
+-- Release notices go only to waiters: a caller that waits (ARGV[4] = '1')
+-- and finds a key held by another owner marks it, field `waiters` = 1
+-- (the owner, the holds and the TTL are left as they are); the release
+-- that frees a marked key publishes, one that frees an unmarked key costs
+-- no PUBLISH. The hold count is HLEN - 1 - the mark.
 --
 -- Reply: {1, c1, f1, ..., cm, fm} when we hold every key now (ci = key i's
 --        fencing counter value as stored, a string, nil when the node has
@@ -24,8 +31,14 @@ local fresh = {}
 for i = 1, m do
   if redis.call('HLEN', KEYS[i]) == 0 then
     fresh[i] = true
-  elseif redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
-    return quorumlock_answer(young, {0, redis.call('PTTL', KEYS[i]), i})
+  else
+    local owner = redis.call('HGET', KEYS[i], 'owner')
+    if owner ~= ARGV[1] then
+      if owner and ARGV[4] == '1' then
+        redis.call('HSET', KEYS[i], 'waiters', 1)
+      end
+      return quorumlock_answer(young, {0, redis.call('PTTL', KEYS[i]), i})
+    end
   end
 end
 local out = {1}

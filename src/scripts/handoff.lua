@@ -14,9 +14,10 @@
 -- Nothing is published: the lock does not become free on this node.
 local young = quorumlock_young()
 local r = 0
-local found = redis.call('HMGET', KEYS[1], 'owner', ARGV[2])
+local found = redis.call('HMGET', KEYS[1], 'owner', ARGV[2], 'waiters')
 if found[1] == ARGV[1] and found[2] then
-  if redis.call('HLEN', KEYS[1]) <= 2 then
+  -- The fields besides the holds: the owner, and the waiters' mark.
+  if redis.call('HLEN', KEYS[1]) <= (found[3] and 3 or 2) then
     redis.call('DEL', KEYS[1])
     r = 1
   else
@@ -26,6 +27,10 @@ if found[1] == ARGV[1] and found[2] then
 end
 if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'owner', ARGV[3], ARGV[4], 1)
+  if r == 1 and found[3] then
+    -- Waiters in other processes still wait: the next release announces.
+    redis.call('HSET', KEYS[1], 'waiters', 1)
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
   local value, current = quorumlock_counter(KEYS[2])
   return quorumlock_answer(young, {r, 1, value, current})

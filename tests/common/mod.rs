@@ -52,7 +52,13 @@ pub fn value_on(node: &RedisNode, key: &str) -> Option<String> {
 pub fn holds_on(node: &RedisNode, key: &str) -> usize {
     let mut conn = node.connection().expect("inspect node");
     let fields: usize = redis::cmd("HLEN").arg(key).query(&mut conn).expect("HLEN");
-    fields.saturating_sub(1)
+    // Not holds: the owner, and the mark a waiting acquire leaves.
+    let marked: bool = redis::cmd("HEXISTS")
+        .arg(key)
+        .arg("waiters")
+        .query(&mut conn)
+        .expect("HEXISTS");
+    fields.saturating_sub(1 + usize::from(marked))
 }
 
 /// The fencing counter of lock `key` on one node (`None`: absent). Stored

@@ -489,22 +489,25 @@ async fn take_turns(
     Ok((tokens, rejected))
 }
 
-/// The hold count (`HLEN - 1`) of `key` on every node, once everything
+/// The hold count (the hash's fields less `owner` and a waiter's mark) of
+/// `key` on every node, once everything
 /// `lock` sent has run there: an acquire returns at its quorum, and a probe
 /// hold released through the same connections is queued behind the rest.
 async fn hold_counts(lock: &MultiLock, testbed: &Testbed, key: &str) -> Vec<Option<i64>> {
     if let Ok(probe) = lock.try_acquire(PROBE).await {
         probe.release().await;
     }
-    let mut cmd = redis::cmd("HLEN");
-    cmd.arg(key);
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg("return redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'waiters')")
+        .arg(1)
+        .arg(key);
     let mut out = Vec::with_capacity(testbed.len());
     for node in testbed.nodes() {
         out.push(
             on_node::<i64>(&node.url(), &cmd)
                 .await
                 .ok()
-                .map(|n| (n - 1).max(0)),
+                .map(|n| n.max(0)),
         );
     }
     out
@@ -546,7 +549,7 @@ async fn nested_part(
     event(
         stats,
         &format!(
-            "depth 3 (acquire, reenter, reenter): hold count (HLEN - 1) on nodes 0-4 {}; one owner,",
+            "depth 3 (acquire, reenter, reenter): hold count on nodes 0-4 {}; one owner,",
             counts_text(&now)
         ),
     );

@@ -290,8 +290,17 @@ async fn hold() {
     }
 }
 
-/// s3sep: 8 processes of this binary, each a worker: acquisitions per second.
-fn contention_separate(kind: &str, urls: &[String], window: Duration) -> f64 {
+/// The most acquisitions of one worker over the fewest (a worker with none
+/// counts as one).
+fn max_over_min(counts: &[u64]) -> f64 {
+    let max = counts.iter().max().copied().unwrap_or(0);
+    let min = counts.iter().min().copied().unwrap_or(0);
+    max as f64 / min.max(1) as f64
+}
+
+/// s3sep: 8 processes of this binary, each a worker: acquisitions per second,
+/// and each worker's count.
+fn contention_separate(kind: &str, urls: &[String], window: Duration) -> (f64, Vec<u64>) {
     let exe = std::env::current_exe().expect("own path");
     let children: Vec<_> = (0..8)
         .map(|_| {
@@ -304,7 +313,7 @@ fn contention_separate(kind: &str, urls: &[String], window: Duration) -> f64 {
                 .expect("worker process")
         })
         .collect();
-    let total: u64 = children
+    let counts: Vec<u64> = children
         .into_iter()
         .map(|c| {
             let out = c.wait_with_output().expect("worker output");
@@ -313,8 +322,9 @@ fn contention_separate(kind: &str, urls: &[String], window: Duration) -> f64 {
                 .parse::<u64>()
                 .unwrap_or(0)
         })
-        .sum();
-    total as f64 / window.as_secs_f64()
+        .collect();
+    let total: u64 = counts.iter().sum();
+    (total as f64 / window.as_secs_f64(), counts)
 }
 
 /// The body of a worker process: one worker on one name for the window.
@@ -436,20 +446,17 @@ fn main() {
             );
             let (rate, counts) = contention(client, 8, window).await;
             row.set("S3 acq/s", rate);
-            let (max, min) = (
-                counts.iter().max().copied().unwrap_or(0),
-                counts.iter().min().copied().unwrap_or(0),
-            );
-            row.set("S3 max/min", max as f64 / min.max(1) as f64);
+            row.set("S3 max/min", max_over_min(&counts));
         });
     }
     for kind in kinds.iter().filter(|_| want("s3sep")) {
         eprintln!("{kind}: s3sep");
         let before = children_cpu() + server_cpu(&server_pids);
-        let rate = contention_separate(kind, &urls, window);
+        let (rate, counts) = contention_separate(kind, &urls, window);
         let cpu = children_cpu() + server_cpu(&server_pids) - before;
         let row = rows.entry(kind).or_default();
         row.set("s3sep acq/s", rate);
+        row.set("s3sep max/min", max_over_min(&counts));
         row.set(
             "s3sep CPU µs/acq",
             micros(cpu) / (rate * window.as_secs_f64()),

@@ -696,7 +696,7 @@ impl MultiLock {
                 });
             }
             let backoff = retry.delay(attempts, rand::random::<f64>());
-            // Lost a race that a release notice started: sit the next
+            // Lost a race that a release notice started: sit one release
             // notice out (see `Waiter::wait`).
             let listen = !(contended && waiting.woke_on_notice());
             // The next attempt asks the gate first. Refused there after a

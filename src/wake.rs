@@ -338,12 +338,16 @@ impl Waiter<'_> {
     /// it sleeps with its turn, a release by this lock service may take the
     /// name for it, and the wait ends with [`Woken::HandedOver`].
     ///
-    /// `listen`: whether release notices end the sleep. A waiter that woke
-    /// on a notice and lost the race for the name to contenders of other
-    /// processes sleeps its jittered backoff once without listening: every
-    /// waiter hears a notice at the same moment, and a herd that races on
-    /// each one splits the nodes and spends its CPU on rounds and rollbacks
-    /// that nobody wins (a handoff by this lock service still ends it).
+    /// `listen`: whether the next release notice ends the sleep. A waiter
+    /// that woke on a notice and lost the race for the name to contenders
+    /// of other processes sits one release out: it wakes on the second
+    /// release its nodes announce (or its timer): every waiter hears a
+    /// notice at the same moment, and a herd that races on each one spends
+    /// its CPU on rounds that nobody but one wins. Only one: a waiter deaf
+    /// for its whole backoff left the name to the process that released it
+    /// and took it straight back (one worker of eight got 80 times the
+    /// acquisitions of another). A handoff by this lock service still ends
+    /// the sleep.
     ///
     /// `gate`: the node the next attempt asks first. If the last attempt
     /// found the name held there and the notices that end the wait do not
@@ -395,20 +399,17 @@ impl Waiter<'_> {
                     .count()
             })
         };
-        let needed = if listen {
-            let (won, held) = (count(false), count(true));
-            let needed = wake.required.saturating_sub(won);
-            if held > 0 { needed.min(held) } else { needed }.max(1)
-        } else {
-            usize::MAX
-        };
+        let (won, held) = (count(false), count(true));
+        let needed = wake.required.saturating_sub(won);
+        let needed = if held > 0 { needed.min(held) } else { needed }.max(1);
         let gate = gate.filter(|&g| {
             error
                 .and_then(Error::node_reports)
                 .and_then(|r| r.iter().nth(g))
                 .is_some_and(|r| matches!(r.outcome, NodeOutcome::HeldByOther { .. }))
         });
-        self.sleep_until_notice(until, Awaited { needed, gate }, next)
+        let skip = u64::from(!listen);
+        self.sleep_until_notice(until, Awaited { needed, skip, gate }, next)
             .await
     }
 
@@ -501,7 +502,7 @@ impl Waiter<'_> {
                 Step::Handed(None) => offered = None,
                 Step::Notice => {
                     let heard = Heard::since(&registration.notices, &self.seen);
-                    if heard.quorum_may_be_free(awaited.needed) {
+                    if heard.quorum_may_be_free(awaited.needed, awaited.skip) {
                         bump(&self.counters.woken);
                         self.woke_on_notice =
                             heard.local || awaited.gate.is_none_or(|g| heard.node(g));
@@ -584,6 +585,9 @@ enum Step {
 struct Awaited {
     /// How many distinct nodes' release notices end it.
     needed: usize,
+    /// How many releases per node it sits out (see `listen` in
+    /// [`Waiter::wait`]).
+    skip: u64,
     /// The node the next attempt asks first, if the last attempt found the
     /// name held there.
     gate: Option<usize>,
@@ -593,8 +597,8 @@ struct Awaited {
 struct Heard {
     /// By this lock service (queued on every node).
     local: bool,
-    /// Per node (any number of them): whether it announced one.
-    nodes: Vec<bool>,
+    /// Per node (any number of them): how many it announced.
+    nodes: Vec<u64>,
 }
 
 impl Heard {
@@ -610,10 +614,10 @@ impl Heard {
             };
             heard.local |= seen.last().is_some_and(|s| last > s);
             if heard.nodes.len() < nodes.len() {
-                heard.nodes.resize(nodes.len(), false);
+                heard.nodes.resize(nodes.len(), 0);
             }
             for (i, (n, s)) in nodes.iter().zip(seen.iter()).enumerate() {
-                heard.nodes[i] |= n > s;
+                heard.nodes[i] += n.saturating_sub(*s);
             }
         }
         heard
@@ -621,15 +625,16 @@ impl Heard {
 
     /// Whether node `i` announced a release.
     fn node(&self, i: usize) -> bool {
-        self.nodes.get(i).copied().unwrap_or(false)
+        self.nodes.get(i).is_some_and(|n| *n > 0)
     }
 
     /// Whether a quorum may be free: a release by this lock service, or
-    /// releases announced by at least `needed` distinct nodes. Waiting for
-    /// enough nodes rather than the first avoids an attempt that reaches
-    /// the other nodes before their release does and fails.
-    fn quorum_may_be_free(&self, needed: usize) -> bool {
-        self.local || self.nodes.iter().filter(|a| **a).count() >= needed
+    /// releases announced by at least `needed` distinct nodes, each more
+    /// than `skip` times. Waiting for enough nodes rather than the first
+    /// avoids an attempt that reaches the other nodes before their release
+    /// does and fails.
+    fn quorum_may_be_free(&self, needed: usize, skip: u64) -> bool {
+        self.local || self.nodes.iter().filter(|n| **n > skip).count() >= needed
     }
 }
 
@@ -887,8 +892,10 @@ mod tests {
         }
         let (_tx, rx) = watch::channel(Box::<[u64]>::from(now));
         let heard = Heard::since(&[rx], &[seen]);
-        assert!(heard.quorum_may_be_free(150));
-        assert!(!heard.quorum_may_be_free(151));
+        assert!(heard.quorum_may_be_free(150, 0));
+        assert!(!heard.quorum_may_be_free(151, 0));
+        // Sitting one release out, one each is not enough.
+        assert!(!heard.quorum_may_be_free(1, 1));
         assert!(!heard.node(0) && heard.node(50) && !heard.node(200));
     }
 
@@ -897,7 +904,7 @@ mod tests {
         // 3 nodes, then the local counter.
         let (_tx, rx) = watch::channel(Box::<[u64]>::from(vec![0, 0, 0, 1]));
         let heard = Heard::since(&[rx], &[vec![0; 4].into()]);
-        assert!(heard.quorum_may_be_free(3));
+        assert!(heard.quorum_may_be_free(3, 1));
         assert!(!heard.node(0));
     }
 }

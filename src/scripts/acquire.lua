@@ -5,8 +5,9 @@
 -- quarantine in ms (epoch.lua).
 --
 -- A lock key is a hash: field `owner` = the owner token, plus one field per
--- hold (entry id) of that owner; the hold count is HLEN - 1. The owner may
--- take it again (re-entry: one more entry); anyone else is refused.
+-- hold (entry id) of that owner, and the waiters' mark once a waiter left
+-- one (below); the hold count is the rest. The owner may take it again
+-- (re-entry: one more entry); anyone else is refused.
 --
 -- Release notices go only to waiters: a caller that waits (ARGV[4] = '1')
 -- and finds a key held by another owner marks it, field `waiters` = 1

@@ -698,7 +698,7 @@ impl MultiLock {
             let backoff = retry.delay(attempts, rand::random::<f64>());
             // Lost a race that a release notice started: sit one release
             // notice out (see `Waiter::wait`).
-            let listen = !(contended && waiting.woke_on_notice());
+            let listen = !(contended && waiting.woke_on_gate_notice());
             // The next attempt asks the gate first. Refused there after a
             // wake on other nodes' notices, it met a release on its way to
             // the gate, not a lost race: it keeps listening.

@@ -64,7 +64,7 @@ use tokio::sync::{OwnedMutexGuard, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::clock::{Stamp, instant_in};
-use crate::error::{Error, NodeError, NodeOutcome};
+use crate::error::{Error, NodeError, NodeOutcome, NodeReports};
 use crate::fanout::End;
 use crate::keys::{Entry, KeySet, RESERVED_PREFIX, release_channel};
 use crate::node::AcquireReply;
@@ -174,7 +174,7 @@ impl Wake {
             registration: None,
             seen: Vec::new(),
             turn: None,
-            woke_on_notice: false,
+            woke_on_gate_notice: false,
         }
     }
 
@@ -302,7 +302,7 @@ pub(crate) struct Waiter<'a> {
     /// or a handoff) that the gate's own was among, or on a release by
     /// this lock service: a gated attempt refused after such a wake lost a
     /// race to other waiters, not to a release still on its way.
-    woke_on_notice: bool,
+    woke_on_gate_notice: bool,
 }
 
 struct Registration<'a> {
@@ -351,7 +351,7 @@ impl Waiter<'_> {
     ///
     /// `gate`: the node the next attempt asks first. If the last attempt
     /// found the name held there and the notices that end the wait do not
-    /// include the gate's, [`woke_on_notice`](Self::woke_on_notice) stays
+    /// include the gate's, [`woke_on_gate_notice`](Self::woke_on_gate_notice) stays
     /// false: the nodes' notices come in any order, and an attempt that
     /// reaches the gate before its release is refused there without having
     /// lost a race, so it must not sit the next notice out.
@@ -365,7 +365,7 @@ impl Waiter<'_> {
         gate: Option<usize>,
     ) -> Woken {
         let wake = self.wake;
-        self.woke_on_notice = false;
+        self.woke_on_gate_notice = false;
         if !wake.enabled {
             tokio::time::sleep_until(instant_in(backoff).min(budget_end)).await;
             return Woken::Retry;
@@ -388,35 +388,30 @@ impl Waiter<'_> {
         // this many more to announce a release. Only the nodes it found held
         // announce (the attempt marked the name there, see
         // `scripts/acquire.lua`): one, if it was refused at the gate.
-        let count = |held: bool| {
-            error.and_then(Error::node_reports).map_or(0, |r| {
-                r.iter()
-                    .filter(|r| match r.outcome {
-                        NodeOutcome::Won => !held,
-                        NodeOutcome::HeldByOther { .. } => held,
-                        _ => false,
-                    })
-                    .count()
-            })
-        };
-        let (won, held) = (count(false), count(true));
+        let (mut won, mut held, mut gate_held) = (0, 0, false);
+        let reports = error.and_then(Error::node_reports);
+        for (i, report) in reports.into_iter().flat_map(NodeReports::iter).enumerate() {
+            match report.outcome {
+                NodeOutcome::Won => won += 1,
+                NodeOutcome::HeldByOther { .. } => {
+                    held += 1;
+                    gate_held |= gate == Some(i);
+                }
+                _ => {}
+            }
+        }
         let needed = wake.required.saturating_sub(won);
         let needed = if held > 0 { needed.min(held) } else { needed }.max(1);
-        let gate = gate.filter(|&g| {
-            error
-                .and_then(Error::node_reports)
-                .and_then(|r| r.iter().nth(g))
-                .is_some_and(|r| matches!(r.outcome, NodeOutcome::HeldByOther { .. }))
-        });
+        let gate = gate.filter(|_| gate_held);
         let skip = u64::from(!listen);
         self.sleep_until_notice(until, Awaited { needed, skip, gate }, next)
             .await
     }
 
     /// Whether the last [`wait`](Self::wait) ended on release notices, the
-    /// gate's among them (see `gate` there).
-    pub(crate) fn woke_on_notice(&self) -> bool {
-        self.woke_on_notice
+    /// gate's among them when the gate was found held (see `gate` there).
+    pub(crate) fn woke_on_gate_notice(&self) -> bool {
+        self.woke_on_gate_notice
     }
 
     /// Takes this waiter's turn among the waiters of this lock service,
@@ -504,7 +499,7 @@ impl Waiter<'_> {
                     let heard = Heard::since(&registration.notices, &self.seen);
                     if heard.quorum_may_be_free(awaited.needed, awaited.skip) {
                         bump(&self.counters.woken);
-                        self.woke_on_notice =
+                        self.woke_on_gate_notice =
                             heard.local || awaited.gate.is_none_or(|g| heard.node(g));
                         break Woken::Retry;
                     }

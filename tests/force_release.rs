@@ -12,11 +12,13 @@ use quorumlock_testbed::Testbed;
 
 const TTL: Duration = Duration::from_secs(1);
 
-fn watched(testbed: &Testbed) -> MultiLock {
+/// A lock with the watchdog on and a short TTL, deciding at `quorum`.
+fn watched(testbed: &Testbed, quorum: Quorum) -> MultiLock {
     common::lock_with(testbed, |b| {
         b.ttl(TTL)
             .node_timeout(Duration::from_millis(50))
             .watchdog(true)
+            .quorum(quorum)
     })
 }
 
@@ -26,13 +28,7 @@ async fn a_holder_elsewhere_learns_at_its_next_renewal_and_the_key_stays_gone() 
     // On every node: a majority acquire decided at its quorum may still
     // have its call to the third node in flight, land it after the force
     // release, and leave a key there that only its TTL ends.
-    let holder = common::connected(common::lock_with(&testbed, |b| {
-        b.ttl(TTL)
-            .node_timeout(Duration::from_millis(50))
-            .watchdog(true)
-            .quorum(Quorum::All)
-    }))
-    .await;
+    let holder = common::connected(watched(&testbed, Quorum::All)).await;
     let operator = common::connected(common::lock(&testbed)).await;
     let guard = holder.try_acquire("nightly").await.expect("free");
     let deadline = guard.deadline();
@@ -62,7 +58,7 @@ async fn a_holder_elsewhere_learns_at_its_next_renewal_and_the_key_stays_gone() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_of_the_same_lock_service_ends_at_once() {
     let testbed = Testbed::start(3).expect("testbed");
-    let lock = common::connected(watched(&testbed)).await;
+    let lock = common::connected(watched(&testbed, Quorum::Majority)).await;
     let guard = lock.try_acquire("nightly").await.expect("free");
     lock.force_release("nightly").await;
     assert!(!guard.is_held());

@@ -105,8 +105,15 @@ async fn a_live_guard_keeps_its_connections_after_the_lock_is_dropped() {
     let validity = guard.extend(TTL).await.expect("extend");
     assert!(validity > TTL / 2);
     assert!(clients(&testbed).iter().zip(&before).all(|(d, b)| d > b));
+    // A majority is what the guard is sure of: a node whose acquire had not
+    // left the client when the quorum was won was skipped (see
+    // `fanout`), and extending heals no key.
+    let confirmed = guard.held_nodes().count();
     let report = guard.release().await;
-    assert_eq!(report.released, 3);
+    assert!(
+        report.released >= confirmed.max(2) && report.failed.is_empty(),
+        "released where held ({confirmed} confirmed): {report:?}"
+    );
     common::wait_for(
         "the guard's connections to close after its release",
         AT_ONCE,

@@ -69,6 +69,8 @@ impl Client {
                         .ttl(TTL)
                         // QL_PEERS_WAKEUPS=0: without release notices, for an A/B.
                         .wake_ups(std::env::var("QL_PEERS_WAKEUPS").as_deref() != Ok("0"))
+                        // QL_PEERS_FAIR=1: waiters queue across processes.
+                        .fair(std::env::var("QL_PEERS_FAIR").as_deref() == Ok("1"))
                         .build()
                         .expect("valid"),
                 );

@@ -24,9 +24,9 @@ use crate::core::ttl_millis;
 use crate::error::{Error, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound};
 use crate::guard::{HeldLock, LockGuard, Services};
-use crate::keys::{Entry, KeySet};
+use crate::keys::{Entry, KeySet, Ticket};
 use crate::lease::{Grant, Hold, Lease};
-use crate::node::AcquireReply;
+use crate::node::{AcquireReply, Cutoff};
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
 use crate::release;
@@ -48,6 +48,9 @@ pub(crate) struct Request {
     /// The caller waits for a release notice between attempts: a key found
     /// held is marked so that its release announces itself.
     pub(crate) waits: bool,
+    /// The caller's place in the waiter queues, when it queues (a fair
+    /// lock service): a free name goes to the queue's first waiter.
+    pub(crate) ticket: Option<Ticket>,
 }
 
 impl Request {
@@ -63,6 +66,7 @@ impl Request {
             watched,
             ttl,
             waits: false,
+            ticket: None,
         })
     }
 
@@ -74,7 +78,10 @@ impl Request {
             Some(token) => Arc::clone(token),
             None => Arc::clone(Owner::new().shared_token()),
         };
-        Entry::new(Arc::clone(&self.keys), token)
+        Entry {
+            ticket: self.ticket.clone(),
+            ..Entry::new(Arc::clone(&self.keys), token)
+        }
     }
 }
 
@@ -138,7 +145,12 @@ impl Services {
         let ttl_ms = ttl_millis(request.ttl);
         bump(&core.counters.attempts);
         let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
-        let acquire = |i: usize| core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits);
+        let lease_ms = core.queue_lease_ms();
+        let cutoff = Arc::new(Cutoff::default());
+        let acquire = |i: usize| {
+            let cutoff = Arc::clone(&cutoff);
+            core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits, lease_ms, cutoff)
+        };
         if let Some(gate) = gate {
             let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
             match reply {
@@ -160,9 +172,22 @@ impl Services {
                 Err(_) => core.count_timeout(&core.nodes[gate]),
             }
         }
-        round
+        let unfinished = round
             .ask(gate, core.config.node_timeout, acquire, AcquireReply::vote)
             .await;
+        if round.tally.decision() == Decision::Won {
+            // Dropped: the guard has its quorum, and a call still queued is
+            // skipped (no work for a node the guard does not need).
+            drop(unfinished);
+        } else {
+            // A lost round's calls already sent finish in the background: a
+            // waiter's mark (and queue place) must land on every node that
+            // got the request, or that node's release would not announce
+            // itself to it. Those not sent yet are never sent: they could
+            // run after the rollback that follows.
+            cutoff.pass();
+            unfinished.finish_in_background(core.background_bound(), "acquire");
+        }
         self.decide(request, entry, &mut round).await
     }
 
@@ -419,6 +444,7 @@ impl HeldLock {
             watched: lease.watched,
             ttl: self.services.core.config.ttl,
             waits: false,
+            ticket: None,
         };
         self.services.attempt(&request).await
     }

@@ -50,6 +50,7 @@ pub struct LockConfig {
     pub(crate) loss_margin: Duration,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) wake_ups: bool,
+    pub(crate) fair: bool,
     pub(crate) quarantine: Duration,
 }
 
@@ -271,6 +272,7 @@ pub struct LockConfigBuilder {
     loss_margin: Option<Duration>,
     max_hold: Option<Duration>,
     wake_ups: Option<bool>,
+    fair: bool,
     quarantine: Option<Duration>,
     durable: Vec<String>,
 }
@@ -293,6 +295,7 @@ impl fmt::Debug for LockConfigBuilder {
             .field("loss_margin", &self.loss_margin)
             .field("max_hold", &self.max_hold)
             .field("wake_ups", &self.wake_ups)
+            .field("fair", &self.fair)
             .field("quarantine", &self.quarantine)
             .field("durable", &shown(&self.durable))
             .finish()
@@ -565,6 +568,21 @@ impl LockConfig {
     /// ```
     pub fn wake_ups(&self) -> bool {
         self.wake_ups
+    }
+
+    /// Whether waiters queue across processes, first come, first served
+    /// (see [`LockConfigBuilder::fair`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").build()?;
+    /// assert!(!config.fair(), "off by default");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair(&self) -> bool {
+        self.fair
     }
 
     /// How long a node whose data may be incomplete casts no vote (see
@@ -915,6 +933,37 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Waiters queue for a name across processes, first come, first
+    /// served (default off). A waiting acquire takes a place in the name's
+    /// waiter queue on each node that refuses it, ordered by when the call
+    /// began; a free name then goes only to the first waiter in line, and
+    /// its release notice wakes that waiter alone. Without it, the waiter
+    /// whose attempt reaches the nodes first wins, often the process that
+    /// just released (higher throughput under contention, no fairness).
+    ///
+    /// Every client honours the queues, fair or not: a name some fair
+    /// waiter queues for is refused to the others
+    /// ([`NodeOutcome::WaitersAhead`](crate::NodeOutcome::WaitersAhead)).
+    /// The cost of the order: a waiter whose process stops (a crash, a long
+    /// pause) holds a free name back until its place lapses, two longest
+    /// backoffs plus a node timeout after its last attempt (at least 2 s).
+    /// Needs wake-ups (a waiter learns its turn from the release notice):
+    /// with [`wake_ups(false)`](Self::wake_ups), `build` fails with
+    /// [`ConfigError::FairNeedsWakeUps`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").fair(true).build()?;
+    /// assert!(config.fair());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
     /// How long a node whose data may be incomplete casts no vote (default:
     /// the TTL). Set it to **the longest TTL any client uses on these
     /// nodes**.
@@ -1114,6 +1163,10 @@ impl LockConfigBuilder {
         if self.max_hold.is_some_and(|m| m.is_zero()) {
             return Err(ConfigError::MaxHoldZero);
         }
+        let wake_ups = self.wake_ups.unwrap_or(true);
+        if self.fair && !wake_ups {
+            return Err(ConfigError::FairNeedsWakeUps);
+        }
         let quarantine = self.quarantine.unwrap_or(ttl);
         if quarantine > MAX_TTL {
             return Err(ConfigError::QuarantineOutOfRange {
@@ -1132,7 +1185,8 @@ impl LockConfigBuilder {
             retry: self.retry,
             min_validity,
             watchdog: self.watchdog,
-            wake_ups: self.wake_ups.unwrap_or(true),
+            wake_ups,
+            fair: self.fair,
             renew_interval,
             loss_margin,
             max_hold: self.max_hold,

@@ -76,6 +76,22 @@ impl Core {
         ttl_millis(self.config.ttl)
     }
 
+    /// How long a waiter's place in a waiter queue outlives its last
+    /// attempt (`scripts/queue.lua`): a waiter attempts at least once per
+    /// longest backoff, so a live one keeps its place; a dead one holds a
+    /// free name back from the others for at most this long. Two longest
+    /// backoffs plus a node timeout, and at least two seconds.
+    pub(crate) fn queue_lease_ms(&self) -> u64 {
+        let config = &self.config;
+        let lease = config
+            .retry
+            .max_delay()
+            .saturating_mul(2)
+            .saturating_add(config.node_timeout)
+            .max(Duration::from_secs(2));
+        ttl_millis(lease)
+    }
+
     /// How long a release or rollback may go on in the background: long
     /// enough for a reconnect and one call.
     pub(crate) fn background_bound(&self) -> Duration {

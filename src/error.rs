@@ -141,6 +141,12 @@ pub enum ConfigError {
     /// The maximum hold time is zero.
     #[error("`max_hold` is zero: leave it unset for no bound, or give a positive duration")]
     MaxHoldZero,
+    /// `fair(true)` with `wake_ups(false)`: a fair queue's first waiter
+    /// learns its turn from a release notice.
+    #[error(
+        "`fair` is on but `wake_ups` is off: a waiter of a fair queue learns its turn from release notices; turn wake-ups on, or fairness off"
+    )]
+    FairNeedsWakeUps,
     /// The quarantine is longer than the scripts can count (they hold it
     /// in a Lua number, exact up to 2^53 ms; the bound is the longest TTL).
     #[error("`quarantine` is {quarantine:?}: at most {max:?} (the longest TTL)")]
@@ -399,6 +405,10 @@ pub enum NodeOutcome {
         /// The key's remaining time to live on this node.
         pttl: Option<Duration>,
     },
+    /// The key is free here, but a waiter of another acquire call is
+    /// queued for it ahead of this one: a free lock goes to the longest
+    /// waiting call first (see [`MultiLock::acquire`](crate::MultiLock::acquire)).
+    WaitersAhead,
     /// Our token is not on this node (expired, deleted, or another owner's).
     NotHeld,
     /// The node failed.
@@ -470,6 +480,7 @@ impl fmt::Display for NodeReport {
             NodeOutcome::HeldByOther { pttl: None } => {
                 write!(f, "{node}: held by another, no expiry")
             }
+            NodeOutcome::WaitersAhead => write!(f, "{node}: free, but others wait ahead"),
             NodeOutcome::NotHeld => write!(f, "{node}: our token is gone"),
             NodeOutcome::Failed(e) => write!(f, "{e}"),
             NodeOutcome::NoReplyBeforeDecision => {

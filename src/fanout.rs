@@ -1,16 +1,24 @@
 //! Send one operation to every node at once and stop listening as soon as the
 //! caller has its answer.
 //!
-//! The per-node futures are polled in place (no task per node). When the
+//! The per-node futures are polled in place (no task per node), and each is
+//! polled once before any reply is taken, so that every call to a connected
+//! node has queued its command by the time the caller decides. When the
 //! caller decides, or the shared deadline passes, [`fan_out`] returns the
 //! calls still unfinished as [`Unfinished`]. What to do with them is the
 //! caller's choice, and it matters:
 //!
-//! * Acquire, extend, renew and the fencing raise **drop** them: nothing of
-//!   a decided round is sent after it (each may take a lock key, and a
-//!   late one would outrun the release that follows). A command already
-//!   written to the socket still runs on its node (and its rollback or
-//!   release queues behind it); one not yet written is skipped.
+//! * Acquire **drops** them when it won (the guard has its quorum; a call
+//!   still queued is skipped) and **finishes** those already sent when it
+//!   lost, in the background, sending none that was not (its
+//!   [`Cutoff`](crate::node::Cutoff)): a waiter's mark and queue place
+//!   land on every node that got the request, and the rollback queues
+//!   behind them on each node's connection.
+//! * Extend, renew and the fencing raise **drop** them: nothing of a
+//!   decided round is sent after it (a renewal or raise re-takes a missing
+//!   key, and a late one would outrun the release that follows). A command
+//!   already written to the socket still runs on its node; one still
+//!   queued is skipped.
 //! * Rollback and release **finish** them in the background
 //!   ([`Unfinished::finish_in_background`]): a release must reach every
 //!   node, and a dropped release would be skipped if not yet written.
@@ -21,6 +29,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::MaybeDone;
 use futures::stream::FuturesUnordered;
 use tokio::task::Unconstrained;
 use tokio::time::Instant;
@@ -41,11 +50,20 @@ pub(crate) enum End {
 }
 
 pin_project_lite::pin_project! {
-    /// One node's call, tagged with the node's index.
-    pub(crate) struct Tagged<F> {
+    /// One node's call, tagged with the node's index. Its output is kept
+    /// once it is ready, so the call can be polled by [`Tagged::prime`]
+    /// before it is polled as a member of the fan-out.
+    pub(crate) struct Tagged<F: Future> {
         index: usize,
         #[pin]
-        call: F,
+        call: MaybeDone<F>,
+    }
+}
+
+impl<F: Future> Tagged<F> {
+    /// Polls the call once, keeping its output if it is ready.
+    fn prime(self: Pin<&mut Self>, cx: &mut Context<'_>) {
+        let _ = self.project().call.poll(cx);
     }
 }
 
@@ -53,17 +71,23 @@ impl<F: Future> Future for Tagged<F> {
     type Output = (usize, F::Output);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        this.call.poll(cx).map(|out| (*this.index, out))
+        let mut this = self.project();
+        std::task::ready!(this.call.as_mut().poll(cx));
+        match this.call.take_output() {
+            Some(out) => Poll::Ready((*this.index, out)),
+            // A FuturesUnordered never polls a finished member again.
+            None => Poll::Pending,
+        }
     }
 }
 
 /// The calls of a fan-out that had not finished when it ended.
-pub(crate) struct Unfinished<F>(FuturesUnordered<Tagged<Unconstrained<F>>>);
+pub(crate) struct Unfinished<F: Future>(FuturesUnordered<Tagged<Unconstrained<F>>>);
 
 impl<F> Unfinished<F>
 where
     F: Future + Send + 'static,
+    F::Output: Send,
 {
     /// Lets the calls run to completion in a background task, for at most
     /// `bound`. Needs a Tokio runtime; spawns nothing when none is left.
@@ -121,13 +145,23 @@ where
     let mut in_flight: FuturesUnordered<_> = (0..n)
         .map(|index| Tagged {
             index,
-            call: tokio::task::unconstrained(call(index)),
+            call: MaybeDone::Future(tokio::task::unconstrained(call(index))),
         })
         .collect();
+    let mut primed = false;
     let timer = tokio::time::sleep_until(deadline);
     tokio::pin!(timer);
     let mut on_sent = Some(on_sent);
     let end = std::future::poll_fn(|cx| {
+        // Every call is polled once before any reply is taken: a
+        // FuturesUnordered may stop a pass early (after members that were
+        // woken while polled), and a call that was never polled has queued
+        // nothing when the round decides.
+        if !std::mem::replace(&mut primed, true) {
+            for call in Pin::new(&mut in_flight).iter_pin_mut() {
+                call.prime(cx);
+            }
+        }
         // Replies first: one that is ready at the deadline still counts.
         loop {
             match in_flight.poll_next_unpin(cx) {
@@ -181,7 +215,7 @@ where
     Fut: Future<Output = Result<T, NodeError>>,
 {
     let mut round = QuorumRound::new(n, required, Stamp::now());
-    round.ask(None, node_timeout, call, vote).await;
+    drop(round.ask(None, node_timeout, call, vote).await);
     round
 }
 
@@ -189,14 +223,15 @@ impl<T> QuorumRound<T> {
     /// Sends `call(i)` to every node of the round but `asked` (one already
     /// asked on its own, see `acquire::attempt_gated`) and tallies the
     /// replies until the round is decided or `node_timeout` has passed;
-    /// then marks it ended. Unfinished calls are dropped.
+    /// then marks it ended. Returns the calls still unfinished.
     pub(crate) async fn ask<Fut>(
         &mut self,
         asked: Option<usize>,
         node_timeout: Duration,
         mut call: impl FnMut(usize) -> Fut,
         vote: impl Fn(&T) -> Vote,
-    ) where
+    ) -> Unfinished<Fut>
+    where
         Fut: Future<Output = Result<T, NodeError>>,
     {
         // Fan-out slot j is node j, or j + 1 from the one already asked on.
@@ -212,8 +247,8 @@ impl<T> QuorumRound<T> {
             |j, reply| self.record(node(j), reply, &vote),
         )
         .await;
-        drop(unfinished);
         self.finish(end);
+        unfinished
     }
 
     /// A round over `n` nodes that needs `required` wins, started (before

@@ -18,6 +18,16 @@ pub(crate) fn fence_key(name: &str) -> String {
     format!("{RESERVED_PREFIX}fence:{name}")
 }
 
+/// The waiter queue of `name` (a sorted set, see `scripts/queue.lua`).
+pub(crate) fn queue_key(name: &str) -> String {
+    format!("{RESERVED_PREFIX}queue:{name}")
+}
+
+/// When each place in the waiter queue of `name` lapses (a hash).
+pub(crate) fn queue_leases_key(name: &str) -> String {
+    format!("{RESERVED_PREFIX}leases:{name}")
+}
+
 /// The channel a node publishes on when the lock name becomes free there.
 /// The release script builds the same name (`scripts/release.lua`).
 pub(crate) fn release_channel(name: &str) -> String {
@@ -29,6 +39,8 @@ pub(crate) fn release_channel(name: &str) -> String {
 pub(crate) struct KeySet {
     names: Box<[Arc<str>]>,
     fences: Box<[String]>,
+    /// Each name's waiter queue, then each queue's leases.
+    queues: Box<[String]>,
 }
 
 /// The most names one lock may take at once (see [`KeySet::new`]).
@@ -63,9 +75,15 @@ impl KeySet {
             });
         }
         let fences = names.iter().map(|n| fence_key(n)).collect();
+        let queues = names
+            .iter()
+            .map(|n| queue_key(n))
+            .chain(names.iter().map(|n| queue_leases_key(n)))
+            .collect();
         Ok(Arc::new(KeySet {
             names: names.into_boxed_slice(),
             fences,
+            queues,
         }))
     }
 
@@ -82,6 +100,11 @@ impl KeySet {
     /// The fencing counter key of each name, in the same order.
     pub(crate) fn fences(&self) -> &[String] {
         &self.fences
+    }
+
+    /// Each name's waiter queue, then each queue's leases.
+    pub(crate) fn queues(&self) -> &[String] {
+        &self.queues
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -108,8 +131,6 @@ impl fmt::Debug for KeySet {
     }
 }
 
-/// What identifies one hold on the nodes: its lock names, its owner token
-/// (shared by every hold of one owner) and its entry id (its own).
 /// One hold's record on the nodes: the names it covers, the owner token
 /// stored under them, and this hold's own id among the owner's holds (the
 /// re-entry count on a node is the set of such ids).
@@ -118,6 +139,9 @@ pub(crate) struct Entry {
     pub(crate) keys: Arc<KeySet>,
     pub(crate) token: Arc<str>,
     pub(crate) id: Arc<str>,
+    /// The place in the names' waiter queues of the acquire call that
+    /// made this entry, if it waits for release notices.
+    pub(crate) ticket: Option<Ticket>,
 }
 
 impl Entry {
@@ -128,6 +152,36 @@ impl Entry {
             keys,
             token,
             id: Arc::from(format!("{:016x}", rand::random::<u64>())),
+            ticket: None,
+        }
+    }
+}
+
+/// A waiting acquire call's place in the waiter queues of its names
+/// (`scripts/queue.lua`): the same on every node, so that every node
+/// orders the waiters alike. Not a secret: a release notice names the
+/// queue's first waiter by its id.
+#[derive(Clone, Debug)]
+pub(crate) struct Ticket {
+    /// `<lock service>.<acquire call>`, both random: the waiters of one
+    /// lock service take turns among themselves, and the scripts let any
+    /// of them take a name one of them is first in line for.
+    pub(crate) id: Arc<str>,
+    /// When the call began: µs since the Unix epoch by this process's
+    /// clock (earlier tickets go first).
+    pub(crate) score: u64,
+}
+
+impl Ticket {
+    /// A ticket for an acquire call of lock service `service` beginning
+    /// now.
+    pub(crate) fn now(service: &str) -> Ticket {
+        let score = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        Ticket {
+            id: Arc::from(format!("{service}.{:016x}", rand::random::<u64>())),
+            score,
         }
     }
 }

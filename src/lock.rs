@@ -15,8 +15,10 @@ use crate::config::LockConfig;
 use crate::core::Core;
 use crate::error::{Error, NodeError};
 use crate::guard::{LockGuard, Services};
+use crate::keys::{KeySet, Ticket};
 use crate::node::Node;
 use crate::owner::Owner;
+use crate::release;
 use crate::stats::LockStats;
 use crate::telemetry::{self, Outcome};
 use crate::wait::Wait;
@@ -606,7 +608,11 @@ impl MultiLock {
         mut request: Request,
         wait: Option<Duration>,
     ) -> Result<LockGuard, Error> {
-        request.waits = wait.is_some() && self.services.core.config.wake_ups;
+        let config = &self.services.core.config;
+        request.waits = wait.is_some() && config.wake_ups;
+        // A waiter of a fair lock service also queues for the name: a free
+        // name goes to the longest waiting call first.
+        request.ticket = (request.waits && config.fair).then(|| self.services.wake.ticket());
         let span = tracing::debug_span!(
             "acquire",
             key = %request.keys,
@@ -641,27 +647,52 @@ impl MultiLock {
             tracing::Span::current().record("attempts", 1);
             return services.attempt(request).await;
         };
+        // Every attempt may take a place in the names' waiter queues: given
+        // up when this call ends without the lock, or is dropped.
+        let mut place = QueuePlace {
+            services,
+            keys: &request.keys,
+            ticket: request.ticket.as_ref(),
+        };
+        let outcome = self.attempts_until(request, instant_in(wait), waited).await;
+        match &outcome {
+            // The guard's release gives up what is left of its places.
+            Ok(_) => place.ticket = None,
+            Err(_) => place.leave().await,
+        }
+        outcome
+    }
+
+    /// Attempts until one wins, one fails for good, or the budget ending
+    /// at `budget_end` (or the attempt limit) is spent.
+    async fn attempts_until(
+        &self,
+        request: &Request,
+        budget_end: Instant,
+        waited: &mut Duration,
+    ) -> Result<LockGuard, Error> {
+        let services = &self.services;
         let began = Instant::now();
-        let budget_end = instant_in(wait);
         let retry = &services.core.config.retry;
-        let mut waiting = services.wake.waiter(&request.keys, &services.core.counters);
+        let queue_id = request.ticket.as_ref().map(|t| Arc::clone(&t.id));
+        let mut waiting = services
+            .wake
+            .waiter(&request.keys, &services.core.counters, queue_id);
         let mut attempts = 0u32;
+        let queued = request.ticket.is_some();
         // One name: a release by this lock service may take it for us.
         // A release hands the name over with the lock's TTL: an acquire
         // with a TTL of its own takes its turn by an attempt instead.
         let handoff = request.keys.len() == 1 && request.ttl == services.core.config.ttl;
         let next = || handoff.then(|| request.entry());
+        // Others of this lock service wait for it already: queue behind
+        // them (first come, first served) rather than barge in with an
+        // attempt that would find the name taken or handed over.
         let mut woken = Woken::Retry;
         if services.wake.has_waiters(&request.keys) {
-            // Others of this lock service wait for it already: queue behind
-            // them (first come, first served) rather than barge in with an
-            // attempt that would find the name taken or handed over.
             let backoff = retry.delay(1, rand::random::<f64>());
-            let pause = Instant::now();
-            woken = waiting
-                .wait(None, backoff, budget_end, next(), true, None)
-                .await;
-            *waited += pause.elapsed();
+            let wait = waiting.wait(None, backoff, budget_end, next(), true, None);
+            woken = timed(waited, wait).await;
         }
         // Lost to contention last time: the next attempt goes through the
         // gate, so that waiters woken together do not split the nodes.
@@ -671,18 +702,20 @@ impl MultiLock {
             // Marked before the attempt: a release announced while it runs
             // still wakes the wait after it.
             waiting.mark();
+            // A queued waiter woken by its own notice is first in line: no
+            // herd to turn away at a gate.
+            let gated = contended && !(queued && waiting.woke_on_notice());
             let outcome = match woken {
                 Woken::HandedOver { entry, first, rest } => {
                     services.handed_over(request, entry, first, rest).await
                 }
-                Woken::Retry if contended => services.attempt_gated(request).await,
+                Woken::Retry if gated => services.attempt_gated(request).await,
                 Woken::Retry => services.attempt(request).await,
             };
             tracing::Span::current().record("attempts", attempts);
             let error = match outcome {
-                Ok(guard) => return Ok(guard),
-                Err(e) if !e.is_retryable() => return Err(e),
-                Err(e) => e,
+                Err(e) if e.is_retryable() => e,
+                done => return done,
             };
             contended = matches!(error, Error::Contended { .. });
             let now = Instant::now();
@@ -697,17 +730,50 @@ impl MultiLock {
             }
             let backoff = retry.delay(attempts, rand::random::<f64>());
             // Lost a race that a release notice started: sit one release
-            // notice out (see `Waiter::wait`).
-            let listen = !(contended && waiting.woke_on_gate_notice());
+            // notice out (see `Waiter::wait`). Not a queued waiter: the next
+            // notice that names it is its turn.
+            let listen = queued || !(contended && waiting.woke_on_gate_notice());
             // The next attempt asks the gate first. Refused there after a
             // wake on other nodes' notices, it met a release on its way to
             // the gate, not a lost race: it keeps listening.
             let gate = if contended { services.gate() } else { None };
-            let pause = Instant::now();
-            woken = waiting
-                .wait(Some(&error), backoff, budget_end, next(), listen, gate)
-                .await;
-            *waited += pause.elapsed();
+            let wait = waiting.wait(Some(&error), backoff, budget_end, next(), listen, gate);
+            woken = timed(waited, wait).await;
+        }
+    }
+}
+
+/// Runs `wait`, adding the time it took to `waited`.
+async fn timed<T>(waited: &mut Duration, wait: impl std::future::Future<Output = T>) -> T {
+    let pause = Instant::now();
+    let out = wait.await;
+    *waited += pause.elapsed();
+    out
+}
+
+/// A waiting acquire call's places in the waiter queues of its names,
+/// given up when the call ends without the lock: at once when it returns
+/// an error, in the background when its future is dropped.
+struct QueuePlace<'a> {
+    services: &'a Arc<Services>,
+    keys: &'a Arc<KeySet>,
+    /// `None` once given up (or handed to a guard).
+    ticket: Option<&'a Ticket>,
+}
+
+impl QueuePlace<'_> {
+    /// Gives the places up on every node that answers in time.
+    async fn leave(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            release::leave_queues(&self.services.core, self.keys, ticket).await;
+        }
+    }
+}
+
+impl Drop for QueuePlace<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            release::leave_queues_in_background(&self.services.core, self.keys, ticket);
         }
     }
 }

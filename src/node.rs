@@ -20,7 +20,7 @@
 //! deadline, and the connect completes for the next caller when it can.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
 use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
-use crate::keys::{Entry, KeySet};
+use crate::keys::{Entry, KeySet, Ticket};
 use crate::quorum::Vote;
 use crate::scripts::{self, Script};
 use crate::sentinel::connect_master;
@@ -208,6 +208,27 @@ pub(crate) enum AcquireReply {
     Won { fences: Box<[Reading]> },
     /// Another owner holds a key for `pttl` more (`None`: no expiry).
     Held { pttl: Option<Duration> },
+    /// A key is free, but a waiter of another acquire call is queued ahead
+    /// of this one (`scripts/queue.lua`).
+    Queued,
+}
+
+/// The moment a fan-out decided, for calls it lets finish in the
+/// background: a call not sent by then is never sent (nor sent again on a
+/// new connection, nor followed by an `EVAL` fallback). A command already
+/// queued on the connection runs, in order, before anything queued after
+/// the decision, such as the release of what it takes.
+#[derive(Debug, Default)]
+pub(crate) struct Cutoff(AtomicBool);
+
+impl Cutoff {
+    pub(crate) fn pass(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn passed(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// A node's answer to an owner-checked script (extend, fencing raise).
@@ -243,7 +264,7 @@ impl AcquireReply {
     pub(crate) fn vote(&self) -> Vote {
         match self {
             AcquireReply::Won { .. } => Vote::Won,
-            AcquireReply::Held { .. } => Vote::Contended,
+            AcquireReply::Held { .. } | AcquireReply::Queued => Vote::Contended,
         }
     }
 }
@@ -253,6 +274,7 @@ impl From<AcquireReply> for NodeOutcome {
         match reply {
             AcquireReply::Won { .. } => NodeOutcome::Won,
             AcquireReply::Held { pttl } => NodeOutcome::HeldByOther { pttl },
+            AcquireReply::Queued => NodeOutcome::WaitersAhead,
         }
     }
 }
@@ -367,20 +389,30 @@ impl Node {
 
     /// Runs the acquire script for every key of the entry. `waits`: the
     /// caller waits for a release notice, so a key found held is marked
-    /// and its release announces itself (`scripts/acquire.lua`).
+    /// and its release announces itself; an entry with a ticket also takes
+    /// (or keeps) a place in the names' waiter queues for `lease_ms`
+    /// (`scripts/acquire.lua`, `scripts/queue.lua`). Not sent at all once
+    /// `cutoff` has passed.
     pub(crate) fn acquire(
         self: &Arc<Self>,
         entry: Entry,
         ttl_ms: u64,
         waits: bool,
+        lease_ms: u64,
+        cutoff: Arc<Cutoff>,
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .voting(&scripts::ACQUIRE, |cmd| {
-                    with_fences(cmd, &entry.keys);
+                .voting(&scripts::ACQUIRE, Some(&cutoff), |cmd| {
+                    with_fences_and_queues(cmd, &entry.keys);
                     cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
                     cmd.arg(if waits { "1" } else { "0" });
+                    match &entry.ticket {
+                        Some(ticket) => cmd.arg(&*ticket.id).arg(ticket.score),
+                        None => cmd.arg("").arg(0),
+                    };
+                    cmd.arg(lease_ms);
                 })
                 .await?;
             let m = entry.keys.len();
@@ -393,6 +425,7 @@ impl Node {
                     [Value::Int(0), Value::Int(ms @ -1..), Value::Int(_)] => {
                         Ok(AcquireReply::Held { pttl: pttl(*ms) })
                     }
+                    [Value::Int(0), Value::Int(-2), Value::Int(_)] => Ok(AcquireReply::Queued),
                     _ => Err(node.unexpected(Value::Array(items))),
                 },
                 other => Err(node.unexpected(other)),
@@ -402,17 +435,21 @@ impl Node {
 
     /// Runs the release script: gives back this entry on every key, and
     /// publishes a release notice for each key that became free if a
-    /// waiter marked it.
+    /// waiter marked it or waits in its queue. `leave`: the entry's ticket
+    /// gives up its places in the queues too (a guard's release; a
+    /// rollback's waiter still waits).
     pub(crate) fn release(
         self: &Arc<Self>,
         entry: Entry,
+        leave: bool,
     ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
             let reply = node
                 .eval(&scripts::RELEASE, |cmd| {
-                    with_keys(cmd, &entry.keys);
+                    with_queues(cmd, &entry.keys);
                     cmd.arg(&*entry.token).arg(&*entry.id);
+                    cmd.arg(queue_id(&entry, leave));
                 })
                 .await?;
             match reply {
@@ -422,6 +459,23 @@ impl Node {
                 other => Err(node.unexpected(other)),
             }
         }
+    }
+
+    /// Gives up the places of `ticket` in the waiter queues of `keys` (an
+    /// acquire call that stops waiting without the lock): the release
+    /// script with an entry that holds nothing.
+    pub(crate) fn leave_queues(
+        self: &Arc<Self>,
+        keys: Arc<KeySet>,
+        ticket: Ticket,
+    ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
+        let entry = Entry {
+            keys,
+            token: Arc::from(""),
+            id: Arc::from(""),
+            ticket: Some(ticket),
+        };
+        self.release(entry, true)
     }
 
     /// Runs the handoff script: gives back `from` (one name) and takes the
@@ -441,12 +495,14 @@ impl Node {
             // name for a waiter that gave up. A plain release of our own entry
             // is sent instead: a release cannot be overtaken by anything.
             let (young, reply) = match node
-                .vote(&scripts::HANDOFF, Resend::Never, |cmd| {
-                    with_fences(cmd, &from.keys);
+                .vote(&scripts::HANDOFF, Resend::Never, None, |cmd| {
+                    with_fences_and_queues(cmd, &from.keys);
                     cmd.arg(&*from.token)
                         .arg(&*from.id)
+                        .arg(queue_id(&from, true))
                         .arg(&*to.token)
                         .arg(&*to.id)
+                        .arg(queue_id(&to, true))
                         .arg(ttl_ms);
                 })
                 .await
@@ -454,7 +510,7 @@ impl Node {
                 Ok(reply) => reply,
                 Err(e) => {
                     if e.kind() == NodeErrorKind::Unreachable {
-                        let _ = node.release(from).await;
+                        let _ = node.release(from, true).await;
                     }
                     return Err(e);
                 }
@@ -497,7 +553,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .voting(&scripts::EXTEND, |cmd| {
+                .voting(&scripts::EXTEND, None, |cmd| {
                     with_keys(cmd, &entry.keys);
                     cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
                 })
@@ -519,7 +575,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .voting(&scripts::FENCE, |cmd| {
+                .voting(&scripts::FENCE, None, |cmd| {
                     with_fences(cmd, &entry.keys);
                     cmd.arg(&*entry.token)
                         .arg(token)
@@ -543,7 +599,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .voting(&scripts::READ_FENCES, |cmd| {
+                .voting(&scripts::READ_FENCES, None, |cmd| {
                     cmd.arg(keys.len()).arg(keys.fences());
                 })
                 .await?;
@@ -575,7 +631,7 @@ impl Node {
         async move {
             bump(&node.counters.renew_calls);
             let reply = node
-                .voting(&scripts::RENEW, |cmd: &mut Cmd| {
+                .voting(&scripts::RENEW, None, |cmd: &mut Cmd| {
                     let keys: usize = items.iter().map(|i| i.entry.keys.len()).sum();
                     cmd.arg(keys);
                     for item in items.iter() {
@@ -662,9 +718,13 @@ impl Node {
     async fn voting(
         self: &Arc<Self>,
         script: &Script,
+        cutoff: Option<&Cutoff>,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
-        match self.vote(script, Resend::AfterReconnect, args).await? {
+        match self
+            .vote(script, Resend::AfterReconnect, cutoff, args)
+            .await?
+        {
             (Some(left), _) => Err(self.quarantined(left)),
             (None, reply) => Ok(reply),
         }
@@ -676,6 +736,7 @@ impl Node {
         self: &Arc<Self>,
         script: &Script,
         resend: Resend,
+        cutoff: Option<&Cutoff>,
         args: impl Fn(&mut Cmd),
     ) -> Result<(Option<Duration>, Value), NodeError> {
         // Connected first: the connection identifies the server, and a
@@ -693,7 +754,7 @@ impl Node {
             ));
         }
         let reply = self
-            .eval_with(script, resend, |cmd| {
+            .eval_with(script, resend, cutoff, |cmd| {
                 args(cmd);
                 if self.durable {
                     cmd.arg(-1);
@@ -760,7 +821,8 @@ impl Node {
         script: &Script,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
-        self.eval_with(script, Resend::AfterReconnect, args).await
+        self.eval_with(script, Resend::AfterReconnect, None, args)
+            .await
     }
 
     /// [`eval`](Self::eval), choosing whether a call that met a dead
@@ -769,6 +831,7 @@ impl Node {
         self: &Arc<Self>,
         script: &Script,
         resend: Resend,
+        cutoff: Option<&Cutoff>,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
         let build = |verb: &str, script_ref: &str| {
@@ -777,27 +840,32 @@ impl Node {
             args(&mut cmd);
             cmd
         };
-        self.counted(self.reconnecting(resend, |conn, generation| async move {
-            let mut conn = conn;
-            match self
-                .send(
-                    &mut conn,
-                    generation,
-                    &build("EVALSHA", script.sha(self.flagged)),
-                )
-                .await
-            {
-                Err(e) if e.code() == Some("NOSCRIPT") => {
-                    self.send(
+        self.counted(
+            self.reconnecting(resend, |conn, generation| async move {
+                let mut conn = conn;
+                match self
+                    .send(
                         &mut conn,
                         generation,
-                        &build("EVAL", script.body(self.flagged)),
+                        &build("EVALSHA", script.sha(self.flagged)),
+                        cutoff,
                     )
                     .await
+                {
+                    Err(e) if e.code() == Some("NOSCRIPT") => {
+                        self.send(
+                            &mut conn,
+                            generation,
+                            &build("EVAL", script.body(self.flagged)),
+                            cutoff,
+                        )
+                        .await
+                    }
+                    result => result,
                 }
-                result => result,
-            }
-        }))
+            }),
+            cutoff,
+        )
         .await
     }
 
@@ -848,19 +916,23 @@ impl Node {
         let build = &build;
         self.counted(
             self.reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
-                self.send(&mut conn, generation, &build()).await
+                self.send(&mut conn, generation, &build(), None).await
             }),
+            None,
         )
         .await
     }
 
     /// Counts a failed call.
+    /// A call's result, counted in the node's errors unless it ended after
+    /// its round's `cutoff` (nobody waited for it any more).
     async fn counted(
         &self,
         call: impl Future<Output = Result<Value, NodeError>>,
+        cutoff: Option<&Cutoff>,
     ) -> Result<Value, NodeError> {
         let result = call.await;
-        if result.is_err() {
+        if result.is_err() && !cutoff.is_some_and(Cutoff::passed) {
             bump(&self.counters.errors);
             telemetry::node_error(self.name());
         }
@@ -902,7 +974,13 @@ impl Node {
         conn: &mut MultiplexedConnection,
         generation: u64,
         cmd: &Cmd,
+        cutoff: Option<&Cutoff>,
     ) -> Result<Value, RedisError> {
+        if cutoff.is_some_and(Cutoff::passed) {
+            return Err(RedisError::from(std::io::Error::other(
+                "not sent: its round was decided before",
+            )));
+        }
         // A connection that answers nothing gets nothing more (see
         // `Liveness`): its queue would only grow. Not replaced either: a
         // server that is only slow or paused would run the old queue when it
@@ -1148,6 +1226,32 @@ fn with_fences(cmd: &mut Cmd, keys: &KeySet) {
     cmd.arg(2 * keys.len());
     names(cmd, keys);
     cmd.arg(keys.fences());
+}
+
+/// `numkeys`, the lock keys, then their waiter queues and the queues'
+/// leases.
+fn with_queues(cmd: &mut Cmd, keys: &KeySet) {
+    cmd.arg(3 * keys.len());
+    names(cmd, keys);
+    cmd.arg(keys.queues());
+}
+
+/// `numkeys`, the lock keys, their fencing counters, their waiter queues
+/// and the queues' leases.
+fn with_fences_and_queues(cmd: &mut Cmd, keys: &KeySet) {
+    cmd.arg(4 * keys.len());
+    names(cmd, keys);
+    cmd.arg(keys.fences());
+    cmd.arg(keys.queues());
+}
+
+/// The queue id whose places a script gives up: the entry's ticket's when
+/// `leave`, else none ('').
+fn queue_id(entry: &Entry, leave: bool) -> &str {
+    match &entry.ticket {
+        Some(ticket) if leave => &ticket.id,
+        _ => "",
+    }
 }
 
 /// Sorts a Redis error into the classes a caller can act on.

@@ -12,13 +12,15 @@
 //!   node's one ordered connection after the request it undoes (see
 //!   [`crate::node`]), so a rollback cannot run before a late acquire.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use crate::clock::Stamp;
 use crate::core::Core;
 use crate::error::NodeError;
 use crate::fanout::{End, fan_out, fan_out_announcing};
-use crate::keys::Entry;
+use crate::keys::{Entry, KeySet, Ticket};
 use crate::node::{AcquireReply, Readiness, ReleaseReply};
 use crate::stats::bump;
 use crate::wake::{Handoff, HandoffEvent, Wake};
@@ -75,7 +77,12 @@ pub(crate) async fn rollback(
     let targets: Vec<(usize, bool)> = replies
         .iter()
         .enumerate()
-        .filter(|(_, r)| !matches!(r, Some(Ok(AcquireReply::Held { .. }))))
+        .filter(|(_, r)| {
+            !matches!(
+                r,
+                Some(Ok(AcquireReply::Held { .. } | AcquireReply::Queued))
+            )
+        })
         .map(|(i, r)| (i, r.is_some()))
         .collect();
     let mut awaited = targets.iter().filter(|(_, answered)| *answered).count();
@@ -87,7 +94,7 @@ pub(crate) async fn rollback(
     let (_, unfinished) = fan_out(
         targets.len(),
         deadline,
-        |j| core.nodes[targets[j].0].release(entry.clone()),
+        |j| core.nodes[targets[j].0].release(entry.clone(), false),
         |j, reply| {
             if let Err(error) = reply {
                 tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
@@ -133,7 +140,7 @@ pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseR
     let (end, unfinished) = fan_out_announcing(
         core.nodes.len(),
         tally.deadline(core),
-        |i| core.nodes[i].release(entry.clone()),
+        |i| core.nodes[i].release(entry.clone(), true),
         // Queued on every node: a waiter of this lock service may attempt
         // now, its requests run after the release.
         || wake.released(&entry.keys),
@@ -182,13 +189,40 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
         let (_, unfinished) = fan_out(
             n,
             Instant::now(),
-            |i| core.nodes[i].release(next.entry.clone()),
+            |i| core.nodes[i].release(next.entry.clone(), true),
             |_, _| false,
         )
         .await;
         unfinished.finish_in_background(core.background_bound(), "handoff rollback");
     }
     report
+}
+
+/// Gives up `ticket`'s places in the waiter queues of `keys` on every
+/// node: an acquire call that stops waiting without the lock, so that a
+/// name it waited for is not held back for anyone until its places lapse.
+/// Waits for the nodes that answer within the node timeout (a caller that
+/// gave up may retry at once); the rest finish in the background.
+pub(crate) async fn leave_queues(core: &Core, keys: &Arc<KeySet>, ticket: &Ticket) {
+    let (_, unfinished) = fan_out(
+        core.nodes.len(),
+        Instant::now() + core.config.node_timeout,
+        |i| core.nodes[i].leave_queues(Arc::clone(keys), ticket.clone()),
+        |_, _| false,
+    )
+    .await;
+    unfinished.finish_in_background(core.background_bound(), "leave queues");
+}
+
+/// [`leave_queues`] in a task of its own: for an acquire call dropped
+/// while it waited. Needs a Tokio runtime; does nothing without one (the
+/// places then lapse).
+pub(crate) fn leave_queues_in_background(core: &Arc<Core>, keys: &Arc<KeySet>, ticket: &Ticket) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (core, keys, ticket) = (Arc::clone(core), Arc::clone(keys), ticket.clone());
+    runtime.spawn(async move { leave_queues(&core, &keys, &ticket).await });
 }
 
 /// An operator's release of `name` on every node, whatever its owner

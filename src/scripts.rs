@@ -59,13 +59,18 @@ impl Script {
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/epoch.lua"),
+        include_str!("scripts/queue.lua"),
         include_str!("scripts/acquire.lua")
     ))
 });
 /// Compare-and-delete of one hold; the key goes with its last hold, and the
 /// node announces that it is free.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
 /// An operator's release of a name, whatever its owner.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_release.lua")));
@@ -97,6 +102,7 @@ pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static HANDOFF: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/epoch.lua"),
+        include_str!("scripts/queue.lua"),
         include_str!("scripts/handoff.lua")
     ))
 });

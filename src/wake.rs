@@ -47,6 +47,11 @@
 //! the gate node; at once if the wait was a release of its own
 //! `MultiLock`).
 //!
+//! **Fair lock services** (`fair(true)`) queue their waiters across
+//! processes (`scripts/queue.lua`): a release notice names the first
+//! waiter of the name's queue, and the subscriber counts it only in the lock
+//! service that has that waiter (a notice with no name counts everywhere).
+//!
 //! Turn wake-ups off with
 //! [`LockConfigBuilder::wake_ups(false)`](crate::LockConfigBuilder::wake_ups)
 //! for plain jittered polling (no subscriber connections).
@@ -66,7 +71,7 @@ use tokio::time::Instant;
 use crate::clock::{Stamp, instant_in};
 use crate::error::{Error, NodeError, NodeOutcome, NodeReports};
 use crate::fanout::End;
-use crate::keys::{Entry, KeySet, RESERVED_PREFIX, release_channel};
+use crate::keys::{Entry, KeySet, RESERVED_PREFIX, Ticket, release_channel};
 use crate::node::AcquireReply;
 use crate::node::Node;
 use crate::stats::{Counters, bump};
@@ -74,6 +79,8 @@ use crate::stats::{Counters, bump};
 /// Names with waiters, and how to reach each node's subscriber.
 pub(crate) struct Wake {
     enabled: bool,
+    /// This lock service's part of its waiters' queue ids.
+    service: Arc<str>,
     /// Nodes a quorum needs.
     required: usize,
     names: Arc<Mutex<HashMap<Arc<str>, Waiters>>>,
@@ -84,6 +91,10 @@ pub(crate) struct Wake {
 /// The waiters of one name in this lock service.
 struct Waiters {
     count: usize,
+    /// The queue ids of its waiters that have one: a release notice that
+    /// names another waiter of the name's queue (see
+    /// `scripts/release.lua`) is not for this lock service.
+    queue_ids: Vec<Arc<str>>,
     /// Notices for the name so far, per node, and (last slot) releases by
     /// this lock service.
     notices: watch::Sender<Box<[u64]>>,
@@ -150,6 +161,7 @@ impl Wake {
         Wake {
             enabled,
             required,
+            service: Arc::from(format!("{:016x}", rand::random::<u64>())),
             names: Arc::default(),
             subscribers: nodes
                 .iter()
@@ -165,16 +177,29 @@ impl Wake {
         }
     }
 
+    /// A ticket for an acquire call of this lock service beginning now.
+    pub(crate) fn ticket(&self) -> Ticket {
+        Ticket::now(&self.service)
+    }
+
     /// A waiter for `keys`: nothing is registered until it first waits.
-    pub(crate) fn waiter<'a>(&'a self, keys: &Arc<KeySet>, counters: &'a Counters) -> Waiter<'a> {
+    /// `queue_id`: its place in the names' waiter queues, if it has one.
+    pub(crate) fn waiter<'a>(
+        &'a self,
+        keys: &Arc<KeySet>,
+        counters: &'a Counters,
+        queue_id: Option<Arc<str>>,
+    ) -> Waiter<'a> {
         Waiter {
             wake: self,
             counters,
             keys: Arc::clone(keys),
+            queue_id,
             registration: None,
             seen: Vec::new(),
             turn: None,
             woke_on_gate_notice: false,
+            woke_on_notice: false,
         }
     }
 
@@ -239,18 +264,25 @@ impl Wake {
         }
     }
 
-    fn register(&self, keys: &Arc<KeySet>, counters: &Counters) -> Registration<'_> {
+    fn register(
+        &self,
+        keys: &Arc<KeySet>,
+        counters: &Counters,
+        queue_id: Option<Arc<str>>,
+    ) -> Registration<'_> {
         let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         let mut notices = Vec::with_capacity(keys.len());
         let mut turn = None;
         for name in keys.names() {
             let waiters = names.entry(Arc::clone(name)).or_insert_with(|| Waiters {
                 count: 0,
+                queue_ids: Vec::new(),
                 notices: watch::channel(vec![0; self.subscribers.len() + 1].into()).0,
                 turn: Arc::default(),
                 next: None,
             });
             waiters.count += 1;
+            waiters.queue_ids.extend(queue_id.clone());
             if waiters.count == 1 {
                 for subscriber in &self.subscribers {
                     subscriber.change(
@@ -267,17 +299,21 @@ impl Wake {
         Registration {
             wake: self,
             keys: Arc::clone(keys),
+            queue_id,
             notices,
             turn: turn.unwrap_or_default(),
         }
     }
 
-    fn unregister(&self, keys: &[Arc<str>]) {
+    fn unregister(&self, keys: &[Arc<str>], queue_id: Option<&Arc<str>>) {
         let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         for name in keys {
             let Some(waiters) = names.get_mut(name) else {
                 continue;
             };
+            if let Some(id) = queue_id {
+                waiters.queue_ids.retain(|q| !Arc::ptr_eq(q, id));
+            }
             waiters.count -= 1;
             if waiters.count == 0 {
                 names.remove(name);
@@ -294,6 +330,8 @@ pub(crate) struct Waiter<'a> {
     wake: &'a Wake,
     counters: &'a Counters,
     keys: Arc<KeySet>,
+    /// Its place in the names' waiter queues, if it has one.
+    queue_id: Option<Arc<str>>,
     registration: Option<Registration<'a>>,
     /// The notice counts of each name as of the last attempt.
     seen: Vec<Box<[u64]>>,
@@ -303,18 +341,23 @@ pub(crate) struct Waiter<'a> {
     /// this lock service: a gated attempt refused after such a wake lost a
     /// race to other waiters, not to a release still on its way.
     woke_on_gate_notice: bool,
+    /// Whether the last sleep ended on release notices (its own, for a
+    /// waiter that queues: see `deliver`).
+    woke_on_notice: bool,
 }
 
 struct Registration<'a> {
     wake: &'a Wake,
     keys: Arc<KeySet>,
+    queue_id: Option<Arc<str>>,
     notices: Vec<watch::Receiver<Box<[u64]>>>,
     turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.wake.unregister(self.keys.names());
+        self.wake
+            .unregister(self.keys.names(), self.queue_id.as_ref());
     }
 }
 
@@ -366,12 +409,14 @@ impl Waiter<'_> {
     ) -> Woken {
         let wake = self.wake;
         self.woke_on_gate_notice = false;
+        self.woke_on_notice = false;
         if !wake.enabled {
             tokio::time::sleep_until(instant_in(backoff).min(budget_end)).await;
             return Woken::Retry;
         }
         if self.registration.is_none() {
-            self.registration = Some(wake.register(&self.keys, self.counters));
+            self.registration =
+                Some(wake.register(&self.keys, self.counters, self.queue_id.clone()));
         }
         if self.turn.is_none() && !self.take_turn(budget_end).await {
             return Woken::Retry;
@@ -393,7 +438,9 @@ impl Waiter<'_> {
         for (i, report) in reports.into_iter().flat_map(NodeReports::iter).enumerate() {
             match report.outcome {
                 NodeOutcome::Won => won += 1,
-                NodeOutcome::HeldByOther { .. } => {
+                // A node where others wait ahead announces its next
+                // release too (it has a queue).
+                NodeOutcome::HeldByOther { .. } | NodeOutcome::WaitersAhead => {
                     held += 1;
                     gate_held |= gate == Some(i);
                 }
@@ -412,6 +459,11 @@ impl Waiter<'_> {
     /// gate's among them when the gate was found held (see `gate` there).
     pub(crate) fn woke_on_gate_notice(&self) -> bool {
         self.woke_on_gate_notice
+    }
+
+    /// Whether the last [`wait`](Self::wait) ended on release notices.
+    pub(crate) fn woke_on_notice(&self) -> bool {
+        self.woke_on_notice
     }
 
     /// Takes this waiter's turn among the waiters of this lock service,
@@ -499,6 +551,7 @@ impl Waiter<'_> {
                     let heard = Heard::since(&registration.notices, &self.seen);
                     if heard.quorum_may_be_free(awaited.needed, awaited.skip) {
                         bump(&self.counters.woken);
+                        self.woke_on_notice = true;
                         self.woke_on_gate_notice =
                             heard.local || awaited.gate.is_none_or(|g| heard.node(g));
                         break Woken::Retry;
@@ -677,8 +730,15 @@ impl Subscriber {
 }
 
 /// Counts a notice from node `index` for the name a release channel
-/// belongs to.
-fn deliver(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>, index: usize, channel: &str) {
+/// belongs to, unless it names the first waiter of the name's queue and
+/// that is not a waiter of this lock service (`next`: the message; empty
+/// when the node knows no first waiter).
+fn deliver(
+    names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>,
+    index: usize,
+    channel: &str,
+    next: &[u8],
+) {
     let Some(name) = channel
         .strip_prefix(RESERVED_PREFIX)
         .and_then(|c| c.strip_prefix("released:"))
@@ -690,7 +750,10 @@ fn deliver(names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>, index: usize, channe
     };
     let names = names.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(waiters) = names.get(name) {
-        waiters.notices.send_modify(|n| n[index] += 1);
+        let ours = next.is_empty() || waiters.queue_ids.iter().any(|id| id.as_bytes() == next);
+        if ours {
+            waiters.notices.send_modify(|n| n[index] += 1);
+        }
     }
 }
 
@@ -837,7 +900,12 @@ impl Listen<'_> {
                 message = stream.next() => match message {
                     Some(message) => {
                         self.notices.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        deliver(self.names, self.index, message.get_channel_name());
+                        deliver(
+                            self.names,
+                            self.index,
+                            message.get_channel_name(),
+                            message.get_payload_bytes(),
+                        );
                     }
                     None => return true,
                 },

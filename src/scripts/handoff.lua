@@ -1,18 +1,25 @@
 -- Give back one hold and, if that leaves the lock free on this node, take
 -- it at once for the next waiter of the same lock service: one call where
 -- a release, a notice and an acquire would take three steps.
--- KEYS[1] lock key, KEYS[2] its fencing counter.
--- ARGV[1] releasing owner token, ARGV[2] its entry id;
--- ARGV[3] next owner token, ARGV[4] its entry id, ARGV[5] TTL in ms,
--- ARGV[6] the quarantine in ms (epoch.lua).
+-- KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] its waiter queue,
+-- KEYS[4] the queue's leases (queue.lua).
+-- ARGV[1] releasing owner token, ARGV[2] its entry id, ARGV[3] the queue
+-- id whose place the release gives up ('' none);
+-- ARGV[4] next owner token, ARGV[5] its entry id, ARGV[6] its queue id
+-- ('' none), ARGV[7] TTL in ms, ARGV[8] the quarantine in ms (epoch.lua).
 -- Reply: {r, 1, value, current}: the next owner holds the key now (its
---        fencing counter as acquire.lua returns it);
+--        fencing counter as acquire.lua returns it) and left the queue;
 --        {r, 0, pttl}: it does not (the key stays held: another hold of the
 --        releasing owner, or another owner).
 -- r as in release.lua: 0 the hold was not here, 1 given back and the key
 -- deleted, 2 given back, the owner's other holds keep the key.
--- Nothing is published: the lock does not become free on this node.
+-- Nothing is published: the lock does not become free on this node. The
+-- name passes within one lock service ahead of the queue's waiters from
+-- other services; they are announced the release that frees it.
 local young = quorumlock_young()
+if ARGV[3] ~= '' then
+  quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[3])
+end
 local r = 0
 local found = redis.call('HMGET', KEYS[1], 'owner', ARGV[2], 'waiters')
 if found[1] == ARGV[1] and found[2] then
@@ -26,12 +33,15 @@ if found[1] == ARGV[1] and found[2] then
   end
 end
 if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'owner', ARGV[3], ARGV[4], 1)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[4], ARGV[5], 1)
   if r == 1 and found[3] then
     -- Waiters in other processes still wait: the next release announces.
     redis.call('HSET', KEYS[1], 'waiters', 1)
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  if ARGV[6] ~= '' then
+    quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[6])
+  end
   local value, current = quorumlock_counter(KEYS[2])
   return quorumlock_answer(young, {r, 1, value, current})
 end

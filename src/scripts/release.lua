@@ -1,23 +1,38 @@
 -- Give back one hold on every lock key of a guard, owner-checked.
--- KEYS[1..m] lock keys. ARGV[1] owner token, ARGV[2] the hold's entry id.
--- A key whose last hold goes is deleted, and if a waiter marked it (see
--- acquire.lua) the node announces on `quorumlock:released:<key>` that it is
--- free: waiters retry at once. A rollback too: a waiter that found the
--- attempt's key in its way waits for it. A key nobody marked is freed
--- without a PUBLISH.
+-- KEYS[1..m] lock keys, KEYS[m+1..2m] their waiter queues, KEYS[2m+1..3m]
+-- the queues' leases (queue.lua).
+-- ARGV[1] owner token, ARGV[2] the hold's entry id, ARGV[3] the queue id
+-- whose places this release gives up ('' none: a rollback's waiter still
+-- waits).
+-- A key whose last hold goes is deleted, and if a waiter marked it or
+-- waits in its queue (see acquire.lua) the node announces on
+-- `quorumlock:released:<key>` that it is free, with the queue's first
+-- waiter as the message: only that one retries ('' when none is known:
+-- every waiter retries). A rollback too: a waiter that found the attempt's
+-- key in its way waits for it. A key nobody waits for is freed without a
+-- PUBLISH.
 -- Reply: 0 no key carried this hold (expired, released, or another
 -- owner's); 1 the hold is gone and every key of it was deleted; 2 the hold
 -- is gone but the owner's other holds keep some key (re-entry).
+local m = #KEYS / 3
+if ARGV[3] ~= '' then
+  for i = 1, m do
+    quorumlock_dequeue(KEYS[m + i], KEYS[2 * m + i], ARGV[3])
+  end
+end
 local result = 0
-for _, key in ipairs(KEYS) do
+for i = 1, m do
+  local key = KEYS[i]
   local found = redis.call('HMGET', key, 'owner', ARGV[2], 'waiters')
   if found[1] == ARGV[1] and found[2] then
     -- The fields besides the holds: the owner, and the waiters' mark.
     if redis.call('HLEN', key) <= (found[3] and 3 or 2) then
       -- Ours was the last hold.
       redis.call('DEL', key)
-      if found[3] then
-        redis.call('PUBLISH', 'quorumlock:released:' .. key, '')
+      local first = quorumlock_head(KEYS[m + i], KEYS[2 * m + i])
+      if found[3] or first then
+        local next = type(first) == 'string' and first or ''
+        redis.call('PUBLISH', 'quorumlock:released:' .. key, next)
       end
       if result == 0 then result = 1 end
     else

@@ -190,9 +190,13 @@ const RENEW_SCRIPT: &str = concat!(
 );
 const ACQUIRE_SCRIPT: &str = concat!(
     include_str!("../../src/scripts/epoch.lua"),
+    include_str!("../../src/scripts/queue.lua"),
     include_str!("../../src/scripts/acquire.lua")
 );
-const RELEASE_SCRIPT: &str = include_str!("../../src/scripts/release.lua");
+const RELEASE_SCRIPT: &str = concat!(
+    include_str!("../../src/scripts/queue.lua"),
+    include_str!("../../src/scripts/release.lua")
+);
 
 /// Whether slowlog args are a call of `body` (by SHA, or by the body's
 /// first 128 bytes, which is what the slowlog keeps of an `EVAL`).

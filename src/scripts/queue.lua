@@ -1,0 +1,71 @@
+-- Waiter queues: which waiters of other lock services a free name goes to
+-- first. Prepended to the scripts that take or free a lock key (acquire,
+-- release, handoff).
+--
+-- Per name, two keys:
+-- `quorumlock:queue:<name>`, a sorted set: member = a waiter's queue id
+--   ("<lock service>.<acquire call>"),
+--   score = its ticket (the µs since the Unix epoch when its acquire call
+--   began, by its own clock). Every node gets the same ticket for the same
+--   waiter, so every node orders the same waiters the same way, and a
+--   release hands the name to the same waiter on each: no split votes.
+-- `quorumlock:leases:<name>`, a hash: queue id -> the server time in ms
+--   when its place lapses unless the waiter attempts again. A waiter whose
+--   process died blocks nobody longer than that.
+-- The queue only refuses: it never grants a key, and a lock key is still
+-- taken only by the acquire rules. It is lost with the node's data at no
+-- cost to safety (the waiters join again on their next attempt).
+
+-- Whether queue id `a` belongs to the lock service of queue id `b`
+-- ("<service>.<call>"): a lock service's waiters take turns among
+-- themselves, so any of them may take a name one of them is first for.
+local function quorumlock_same_service(a, b)
+  if type(a) ~= 'string' then
+    return false
+  end
+  local service = string.match(b, '^([^.]+)%.')
+  return service ~= nil and service == string.match(a, '^([^.]+)%.')
+end
+
+local function quorumlock_now_ms()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- The queue's first waiter whose place has not lapsed, dropping lapsed
+-- ones on the way (at most 16 per call: with more, `true`, as some waiter
+-- may be ahead); nil when the queue is empty.
+local function quorumlock_head(queue, leases)
+  local now = nil
+  for _ = 1, 16 do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then
+      return nil
+    end
+    now = now or quorumlock_now_ms()
+    local lapses = tonumber(redis.call('HGET', leases, first))
+    if lapses and lapses > now then
+      return first
+    end
+    redis.call('ZREM', queue, first)
+    redis.call('HDEL', leases, first)
+  end
+  return true
+end
+
+-- Takes (or keeps, at the same ticket) a place for `lease` ms from now.
+local function quorumlock_enqueue(queue, leases, id, ticket, lease)
+  redis.call('ZADD', queue, ticket, id)
+  redis.call('HSET', leases, id, quorumlock_now_ms() + lease)
+  -- Both keys live as long as the newest place at least.
+  for _, key in ipairs({queue, leases}) do
+    if redis.call('PTTL', key) < lease then
+      redis.call('PEXPIRE', key, lease)
+    end
+  end
+end
+
+local function quorumlock_dequeue(queue, leases, id)
+  redis.call('ZREM', queue, id)
+  redis.call('HDEL', leases, id)
+end

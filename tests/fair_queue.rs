@@ -1,0 +1,247 @@
+//! Fair lock services (`LockConfigBuilder::fair`): a free name goes to the
+//! acquire call that has waited longest, across lock services (processes),
+//! not to whoever asks first after the release; a call that stops waiting
+//! gives its place up, the place of one that vanished lapses, and every
+//! client honours the queues.
+
+mod common;
+
+use std::time::Duration;
+
+use quorumlock::{Error, LockGuard, MultiLock, NodeOutcome, RetryPolicy, Wait};
+use quorumlock_testbed::{RedisNode, Testbed};
+
+const QUEUE: &str = "quorumlock:queue:job";
+const LEASES: &str = "quorumlock:leases:job";
+
+/// Waiters queued for "job" on `node`.
+fn queued_on(node: &RedisNode) -> u64 {
+    let mut conn = node.connection().expect("inspect node");
+    redis::cmd("ZCARD")
+        .arg(QUEUE)
+        .query(&mut conn)
+        .expect("ZCARD")
+}
+
+async fn wait_queued(testbed: &Testbed, count: u64, what: &str) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let queued: Vec<u64> = testbed.nodes().iter().map(queued_on).collect();
+        if queued.iter().all(|q| *q == count) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "gave up waiting for {what}: {queued:?} queued, not {count} each"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until "job"'s release channel has `count` subscribers on every
+/// node: a notice published before a waiter listens is lost to it.
+async fn wait_subscribed(testbed: &Testbed, count: i64, what: &str) {
+    common::wait_for(what, Duration::from_secs(5), || {
+        testbed
+            .nodes()
+            .iter()
+            .all(|n| common::subscribers_on(n, "job") == count)
+    })
+    .await;
+}
+
+/// The node's clock in ms.
+fn server_ms(node: &RedisNode) -> u64 {
+    let mut conn = node.connection().expect("inspect node");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// A fair lock service whose waiters, without a notice, sleep far longer
+/// than any bound here: a wait that ends early was ended by a notice.
+fn slow_polling_lock(testbed: &Testbed) -> MultiLock {
+    common::lock_with(testbed, |b| {
+        b.fair(true).retry(
+            RetryPolicy::default()
+                .with_base_delay(Duration::from_secs(60))
+                .with_max_delay(Duration::from_secs(60)),
+        )
+    })
+}
+
+fn fair_lock(testbed: &Testbed) -> MultiLock {
+    common::lock_with(testbed, |b| b.fair(true))
+}
+
+fn spawn_waiter(lock: &MultiLock) -> tokio::task::JoinHandle<Result<LockGuard, Error>> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        lock.acquire("job", Wait::up_to(Duration::from_secs(120)))
+            .await
+    })
+}
+
+async fn woken_by_notice(waiter: tokio::task::JoinHandle<Result<LockGuard, Error>>) -> LockGuard {
+    tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release notice, long before its backoff")
+        .expect("waiter task")
+        .expect("acquired")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_other_lock_services_get_a_free_name_in_arrival_order() {
+    let testbed = Testbed::start(3).expect("testbed");
+    // The holder holds every node: each has a release to announce.
+    let holder_lock = common::every_node_lock(&testbed).await;
+    let first_lock = common::connected(slow_polling_lock(&testbed)).await;
+    let second_lock = common::connected(slow_polling_lock(&testbed)).await;
+    let holder = holder_lock.try_acquire("job").await.expect("free");
+
+    let first = spawn_waiter(&first_lock);
+    wait_queued(&testbed, 1, "the first waiter to queue on every node").await;
+    wait_subscribed(&testbed, 1, "the first waiter to listen for notices").await;
+    let second = spawn_waiter(&second_lock);
+    wait_queued(&testbed, 2, "the second waiter to queue behind it").await;
+    wait_subscribed(&testbed, 2, "the second waiter to listen for notices").await;
+
+    // The release names the first waiter: only it retries.
+    holder.release().await;
+    let guard = woken_by_notice(first).await;
+    assert!(!second.is_finished(), "the second waiter waits on");
+    wait_queued(&testbed, 1, "the first waiter to leave the queue").await;
+    assert_eq!(
+        second_lock.stats().attempts,
+        1,
+        "a notice naming another waiter starts no attempt"
+    );
+
+    // Now the second waiter is first in line, and the release names it.
+    guard.release().await;
+    let guard = woken_by_notice(second).await;
+    assert_eq!(second_lock.stats().attempts, 2);
+    guard.release().await;
+    wait_queued(&testbed, 0, "every place to be given up").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_name_waits_for_the_first_live_waiter_and_no_longer() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::lock(&testbed);
+    // Another process's waiter, first in line on every node for a minute.
+    for node in testbed.nodes() {
+        let lapses = (server_ms(node) + 60_000).to_string();
+        let mut conn = node.connection().expect("node");
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg(QUEUE)
+            .arg(1)
+            .arg("elsewhere")
+            .ignore()
+            .cmd("HSET")
+            .arg(LEASES)
+            .arg("elsewhere")
+            .arg(&lapses)
+            .ignore()
+            .query(&mut conn)
+            .expect("queue a waiter");
+    }
+    match lock.try_acquire("job").await {
+        Err(Error::Contended { nodes, .. }) => {
+            let ahead = nodes
+                .iter()
+                .filter(|r| r.outcome == NodeOutcome::WaitersAhead)
+                .count();
+            assert!(ahead >= 2, "refused by a majority: {nodes:?}");
+        }
+        other => panic!("a free name goes to the waiter first: {other:?}"),
+    }
+    assert!(
+        testbed
+            .nodes()
+            .iter()
+            .all(|n| common::value_on(n, "job").is_none()),
+        "nothing taken"
+    );
+
+    // Its place lapses (its process died): the name is anyone's.
+    common::on_every_node(&testbed, &["HSET", LEASES, "elsewhere", "1"]);
+    let guard = lock
+        .try_acquire("job")
+        .await
+        .expect("the lapsed place holds nothing back");
+    wait_queued(&testbed, 0, "the lapsed places to be dropped").await;
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_or_is_dropped_leaves_the_queue() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let holder = common::every_node_lock(&testbed)
+        .await
+        .try_acquire("job")
+        .await
+        .expect("free");
+    let lock = fair_lock(&testbed);
+    let refused = lock
+        .acquire("job", Wait::up_to(Duration::from_millis(200)))
+        .await;
+    assert!(
+        matches!(refused, Err(Error::WaitBudgetExhausted { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        testbed.nodes().iter().all(|n| queued_on(n) == 0),
+        "gave its place up before it returned"
+    );
+
+    let waiting = spawn_waiter(&lock);
+    wait_queued(&testbed, 1, "the waiter to queue").await;
+    waiting.abort();
+    wait_queued(&testbed, 0, "the dropped waiter's place to go").await;
+
+    // Nobody waits: the release frees the name for anyone at once.
+    holder.release().await;
+    common::lock(&testbed)
+        .try_acquire("job")
+        .await
+        .expect("free")
+        .release()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_a_lock_service_that_is_not_fair_take_no_place() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let holder = common::every_node_lock(&testbed)
+        .await
+        .try_acquire("job")
+        .await
+        .expect("free");
+    let lock = common::lock(&testbed);
+    let refused = lock
+        .acquire("job", Wait::up_to(Duration::from_millis(200)))
+        .await;
+    assert!(
+        matches!(refused, Err(Error::WaitBudgetExhausted { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        testbed.nodes().iter().all(|n| queued_on(n) == 0),
+        "no place taken"
+    );
+    holder.release().await;
+}
+
+#[test]
+fn fairness_needs_wake_ups() {
+    let refused = quorumlock::LockConfig::builder()
+        .node("redis://127.0.0.1:6379")
+        .fair(true)
+        .wake_ups(false)
+        .build();
+    assert_eq!(
+        refused.unwrap_err(),
+        quorumlock::ConfigError::FairNeedsWakeUps
+    );
+}

@@ -16,10 +16,10 @@
 -- Release notices go only to waiters: a caller that waits (ARGV[4] = '1')
 -- and finds a key held by another owner marks it, field `waiters` = 1
 -- (the owner, the holds and the TTL are left as they are); one that queues
--- also takes a place in the name's queue (queue.lua). The release that frees a key
--- publishes when it was marked or has a queue; one that frees an unmarked
--- key nobody queues for costs no PUBLISH. The hold count is HLEN - 1 - the
--- mark.
+-- also takes a place in the name's queue (queue.lua), and a key taken
+-- while others queue for it is marked at once. The release that frees a
+-- marked key publishes; one that frees an unmarked key costs no PUBLISH
+-- (nor a look at the queue). The hold count is HLEN - 1 - the mark.
 --
 -- A free key is taken only by the queue's first waiter (or another waiter
 -- of its lock service, whose waiters take turns), or by anyone when nobody
@@ -92,9 +92,15 @@ for i = 1, m do
   if fresh[i] or redis.call('PTTL', KEYS[i]) < ttl then
     redis.call('PEXPIRE', KEYS[i], ttl)
   end
-  if queued[i] and me ~= '' then
+  if queued[i] then
     local q, leases = queue(i)
-    quorumlock_dequeue(q, leases, me)
+    if me ~= '' then
+      quorumlock_dequeue(q, leases, me)
+    end
+    -- Others still queue: the release must announce itself to them.
+    if redis.call('EXISTS', q) == 1 then
+      redis.call('HSET', KEYS[i], 'waiters', 1)
+    end
   end
   local value, current = quorumlock_counter(KEYS[m + i])
   out[#out + 1] = value

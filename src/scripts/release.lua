@@ -4,8 +4,9 @@
 -- ARGV[1] owner token, ARGV[2] the hold's entry id, ARGV[3] the queue id
 -- whose places this release gives up ('' none: a rollback's waiter still
 -- waits).
--- A key whose last hold goes is deleted, and if a waiter marked it or
--- waits in its queue (see acquire.lua) the node announces on
+-- A key whose last hold goes is deleted, and if a waiter marked it (one
+-- that found it held, or the queue it was taken past: see acquire.lua) the
+-- node announces on
 -- `quorumlock:released:<key>` that it is free, with the queue's first
 -- waiter as the message: only that one retries ('' when none is known:
 -- every waiter retries). A rollback too: a waiter that found the attempt's
@@ -29,8 +30,8 @@ for i = 1, m do
     if redis.call('HLEN', key) <= (found[3] and 3 or 2) then
       -- Ours was the last hold.
       redis.call('DEL', key)
-      local first = quorumlock_head(KEYS[m + i], KEYS[2 * m + i])
-      if found[3] or first then
+      if found[3] then
+        local first = quorumlock_head(KEYS[m + i], KEYS[2 * m + i])
         local next = type(first) == 'string' and first or ''
         redis.call('PUBLISH', 'quorumlock:released:' .. key, next)
       end

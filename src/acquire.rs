@@ -154,9 +154,11 @@ impl Services {
         if let Some(gate) = gate {
             let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
             match reply {
-                // Refused: nothing was written anywhere.
-                Ok(Ok(AcquireReply::Held { pttl })) => {
-                    round.record(gate, Ok(AcquireReply::Held { pttl }), AcquireReply::vote);
+                // Refused (held, or waiters queue ahead): nothing was
+                // written anywhere.
+                Ok(Ok(reply)) if reply.refused().is_some() => {
+                    let pttl = reply.refused().flatten();
+                    round.record(gate, Ok(reply), AcquireReply::vote);
                     round.finish(End::Decided);
                     return Err(self.refused_at_gate(&entry, &mut round, pttl));
                 }

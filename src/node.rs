@@ -260,6 +260,17 @@ impl From<OwnerCheck> for NodeOutcome {
 }
 
 impl AcquireReply {
+    /// A refusal: the script wrote no lock key (`None` for a win). The
+    /// holder's remaining TTL when another owner holds a key, `Some(None)`
+    /// when it set none or when waiters queue ahead.
+    pub(crate) fn refused(&self) -> Option<Option<Duration>> {
+        match self {
+            AcquireReply::Won { .. } => None,
+            AcquireReply::Held { pttl } => Some(*pttl),
+            AcquireReply::Queued => Some(None),
+        }
+    }
+
     /// How the answer counts for a quorum.
     pub(crate) fn vote(&self) -> Vote {
         match self {

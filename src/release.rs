@@ -61,8 +61,8 @@ pub struct ReleaseReport {
 }
 
 /// Releases a failed attempt's entry on every node it may have written
-/// to: all but those that answered "held by another" (the script writes
-/// nothing then). Nodes that answered are responsive: wait for their
+/// to: all but those that refused it (held by another, or waiters queued
+/// ahead: the script writes no lock key then). Nodes that answered are responsive: wait for their
 /// release (one round trip) so the next attempt finds them clean. Nodes
 /// that did not answer may still run our acquire later; their release is
 /// queued behind it and a background task sees it through. A key some
@@ -73,16 +73,11 @@ pub(crate) async fn rollback(
     replies: &[Option<Result<AcquireReply, NodeError>>],
 ) {
     // (node, whether it answered the acquire) for every node that may
-    // carry our entry: all but those that answered "held by another".
+    // carry our entry: all but those that refused (nothing written).
     let targets: Vec<(usize, bool)> = replies
         .iter()
         .enumerate()
-        .filter(|(_, r)| {
-            !matches!(
-                r,
-                Some(Ok(AcquireReply::Held { .. } | AcquireReply::Queued))
-            )
-        })
+        .filter(|(_, r)| !matches!(r, Some(Ok(reply)) if reply.refused().is_some()))
         .map(|(i, r)| (i, r.is_some()))
         .collect();
     let mut awaited = targets.iter().filter(|(_, answered)| *answered).count();

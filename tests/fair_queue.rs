@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockGuard, MultiLock, NodeOutcome, RetryPolicy, Wait};
+use quorumlock::{Error, LockGuard, MultiLock, NodeOutcome, Wait};
 use quorumlock_testbed::{RedisNode, Testbed};
 
 const QUEUE: &str = "quorumlock:queue:job";
@@ -38,16 +38,25 @@ async fn wait_queued(testbed: &Testbed, count: u64, what: &str) {
     }
 }
 
-/// Waits until "job"'s release channel has `count` subscribers on every
-/// node: a notice published before a waiter listens is lost to it.
-async fn wait_subscribed(testbed: &Testbed, count: i64, what: &str) {
-    common::wait_for(what, Duration::from_secs(5), || {
-        testbed
-            .nodes()
-            .iter()
-            .all(|n| common::subscribers_on(n, "job") == count)
-    })
-    .await;
+/// "job" held on every node (each has a release to announce, and a waiter
+/// is refused, and can queue, on each).
+async fn held_everywhere(testbed: &Testbed) -> LockGuard {
+    common::every_node_lock(testbed)
+        .await
+        .try_acquire("job")
+        .await
+        .expect("free")
+}
+
+/// A wait for "job" that runs out of budget.
+async fn gives_up(lock: &MultiLock) {
+    let refused = lock
+        .acquire("job", Wait::up_to(Duration::from_millis(200)))
+        .await;
+    assert!(
+        matches!(refused, Err(Error::WaitBudgetExhausted { .. })),
+        "{refused:?}"
+    );
 }
 
 /// The node's clock in ms.
@@ -57,36 +66,14 @@ fn server_ms(node: &RedisNode) -> u64 {
     secs * 1000 + micros / 1000
 }
 
-/// A fair lock service whose waiters, without a notice, sleep far longer
-/// than any bound here: a wait that ends early was ended by a notice.
+/// A fair lock service whose waiters only a release notice wakes within
+/// the bounds here.
 fn slow_polling_lock(testbed: &Testbed) -> MultiLock {
-    common::lock_with(testbed, |b| {
-        b.fair(true).retry(
-            RetryPolicy::default()
-                .with_base_delay(Duration::from_secs(60))
-                .with_max_delay(Duration::from_secs(60)),
-        )
-    })
+    common::lock_with(testbed, |b| common::slow_polling(b).fair(true))
 }
 
 fn fair_lock(testbed: &Testbed) -> MultiLock {
     common::lock_with(testbed, |b| b.fair(true))
-}
-
-fn spawn_waiter(lock: &MultiLock) -> tokio::task::JoinHandle<Result<LockGuard, Error>> {
-    let lock = lock.clone();
-    tokio::spawn(async move {
-        lock.acquire("job", Wait::up_to(Duration::from_secs(120)))
-            .await
-    })
-}
-
-async fn woken_by_notice(waiter: tokio::task::JoinHandle<Result<LockGuard, Error>>) -> LockGuard {
-    tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("woken by the release notice, long before its backoff")
-        .expect("waiter task")
-        .expect("acquired")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,16 +85,22 @@ async fn waiters_of_other_lock_services_get_a_free_name_in_arrival_order() {
     let second_lock = common::connected(slow_polling_lock(&testbed)).await;
     let holder = holder_lock.try_acquire("job").await.expect("free");
 
-    let first = spawn_waiter(&first_lock);
+    let first = common::spawn_waiter(&first_lock, "job");
     wait_queued(&testbed, 1, "the first waiter to queue on every node").await;
-    wait_subscribed(&testbed, 1, "the first waiter to listen for notices").await;
-    let second = spawn_waiter(&second_lock);
+    common::wait_subscribed(&testbed, "job", 1, "the first waiter to listen for notices").await;
+    let second = common::spawn_waiter(&second_lock, "job");
     wait_queued(&testbed, 2, "the second waiter to queue behind it").await;
-    wait_subscribed(&testbed, 2, "the second waiter to listen for notices").await;
+    common::wait_subscribed(
+        &testbed,
+        "job",
+        2,
+        "the second waiter to listen for notices",
+    )
+    .await;
 
     // The release names the first waiter: only it retries.
     holder.release().await;
-    let guard = woken_by_notice(first).await;
+    let guard = common::woken_by_notice(first).await;
     assert!(!second.is_finished(), "the second waiter waits on");
     wait_queued(&testbed, 1, "the first waiter to leave the queue").await;
     assert_eq!(
@@ -118,7 +111,7 @@ async fn waiters_of_other_lock_services_get_a_free_name_in_arrival_order() {
 
     // Now the second waiter is first in line, and the release names it.
     guard.release().await;
-    let guard = woken_by_notice(second).await;
+    let guard = common::woken_by_notice(second).await;
     assert_eq!(second_lock.stats().attempts, 2);
     guard.release().await;
     wait_queued(&testbed, 0, "every place to be given up").await;
@@ -177,25 +170,15 @@ async fn a_free_name_waits_for_the_first_live_waiter_and_no_longer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_or_is_dropped_leaves_the_queue() {
     let testbed = Testbed::start(3).expect("testbed");
-    let holder = common::every_node_lock(&testbed)
-        .await
-        .try_acquire("job")
-        .await
-        .expect("free");
+    let holder = held_everywhere(&testbed).await;
     let lock = fair_lock(&testbed);
-    let refused = lock
-        .acquire("job", Wait::up_to(Duration::from_millis(200)))
-        .await;
-    assert!(
-        matches!(refused, Err(Error::WaitBudgetExhausted { .. })),
-        "{refused:?}"
-    );
+    gives_up(&lock).await;
     assert!(
         testbed.nodes().iter().all(|n| queued_on(n) == 0),
         "gave its place up before it returned"
     );
 
-    let waiting = spawn_waiter(&lock);
+    let waiting = common::spawn_waiter(&lock, "job");
     wait_queued(&testbed, 1, "the waiter to queue").await;
     waiting.abort();
     wait_queued(&testbed, 0, "the dropped waiter's place to go").await;
@@ -213,19 +196,9 @@ async fn a_waiter_that_gives_up_or_is_dropped_leaves_the_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_a_lock_service_that_is_not_fair_take_no_place() {
     let testbed = Testbed::start(3).expect("testbed");
-    let holder = common::every_node_lock(&testbed)
-        .await
-        .try_acquire("job")
-        .await
-        .expect("free");
+    let holder = held_everywhere(&testbed).await;
     let lock = common::lock(&testbed);
-    let refused = lock
-        .acquire("job", Wait::up_to(Duration::from_millis(200)))
-        .await;
-    assert!(
-        matches!(refused, Err(Error::WaitBudgetExhausted { .. })),
-        "{refused:?}"
-    );
+    gives_up(&lock).await;
     assert!(
         testbed.nodes().iter().all(|n| queued_on(n) == 0),
         "no place taken"

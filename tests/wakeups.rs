@@ -4,34 +4,12 @@
 
 mod common;
 
+use common::{spawn_waiter, wait_subscribed, woken_by_notice};
+
 use std::time::Duration;
 
 use quorumlock::{MultiLock, RetryPolicy, Wait};
 use quorumlock_testbed::{RedisNode, Restart, Testbed};
-
-/// Spawns `lock.acquire(name)` with a long budget, as another task.
-fn spawn_waiter(
-    lock: &MultiLock,
-    name: &'static str,
-) -> tokio::task::JoinHandle<Result<quorumlock::LockGuard, quorumlock::Error>> {
-    let lock = lock.clone();
-    tokio::spawn(async move {
-        lock.acquire(name, Wait::up_to(Duration::from_secs(120)))
-            .await
-    })
-}
-
-/// Waits until `name`'s release channel has `count` subscribers on every
-/// node, naming `what`.
-async fn wait_subscribed(testbed: &Testbed, name: &str, count: i64, what: &str) {
-    common::wait_for(what, Duration::from_secs(5), || {
-        testbed
-            .nodes()
-            .iter()
-            .all(|n| common::subscribers_on(n, name) == count)
-    })
-    .await;
-}
 
 /// Pub/sub client connections on one node.
 fn pubsub_clients_on(node: &RedisNode) -> usize {
@@ -45,28 +23,9 @@ fn pubsub_clients_on(node: &RedisNode) -> usize {
     list.lines().filter(|l| !l.trim().is_empty()).count()
 }
 
-/// A lock whose waiters, without a notice, would sleep far longer than any
-/// bound in these tests: a wait that ends early was ended by a notice.
+/// A lock whose waiters only a release notice wakes within the bounds here.
 fn slow_polling_lock(testbed: &Testbed) -> MultiLock {
-    common::lock_with(testbed, |b| {
-        b.retry(
-            RetryPolicy::default()
-                .with_base_delay(Duration::from_secs(60))
-                .with_max_delay(Duration::from_secs(60)),
-        )
-    })
-}
-
-/// The guard of a waiter of a [`slow_polling_lock`], which only a release
-/// notice can wake within the bound.
-async fn woken_by_notice(
-    waiter: tokio::task::JoinHandle<Result<quorumlock::LockGuard, quorumlock::Error>>,
-) -> quorumlock::LockGuard {
-    tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .expect("woken by the release notice, long before its backoff")
-        .expect("waiter task")
-        .expect("acquired")
+    common::lock_with(testbed, common::slow_polling)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

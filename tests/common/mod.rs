@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::{Hold, LockConfig, LockConfigBuilder, LockGuard, MultiLock};
+use quorumlock::{
+    Error, Hold, LockConfig, LockConfigBuilder, LockGuard, MultiLock, RetryPolicy, Wait,
+};
 use quorumlock_testbed::{NodeOptions, RedisNode, Testbed};
 
 /// A lock over every node of `testbed`, configured by `configure`.
@@ -382,4 +384,52 @@ pub fn assert_nodes_match(testbed: &Testbed, guard: &LockGuard) -> usize {
         }
     }
     carrying
+}
+
+/// Retry settings under which a waiter, without a release notice, sleeps
+/// far longer than any bound in these tests: a wait that ends early was
+/// ended by a notice.
+pub fn slow_polling(builder: LockConfigBuilder) -> LockConfigBuilder {
+    builder.retry(
+        RetryPolicy::default()
+            .with_base_delay(Duration::from_secs(60))
+            .with_max_delay(Duration::from_secs(60)),
+    )
+}
+
+/// Spawns `lock.acquire(name)` with a long budget, as another task.
+pub fn spawn_waiter(
+    lock: &MultiLock,
+    name: &'static str,
+) -> tokio::task::JoinHandle<Result<LockGuard, Error>> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        lock.acquire(name, Wait::up_to(Duration::from_secs(120)))
+            .await
+    })
+}
+
+/// The guard of a waiter of a [`slow_polling`] lock, which only a release
+/// notice can wake within the bound.
+pub async fn woken_by_notice(
+    waiter: tokio::task::JoinHandle<Result<LockGuard, Error>>,
+) -> LockGuard {
+    tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release notice, long before its backoff")
+        .expect("waiter task")
+        .expect("acquired")
+}
+
+/// Waits until `name`'s release channel has `count` subscribers on every
+/// node, naming `what`: a notice published before a waiter listens is
+/// lost to it.
+pub async fn wait_subscribed(testbed: &Testbed, name: &str, count: i64, what: &str) {
+    wait_for(what, Duration::from_secs(5), || {
+        testbed
+            .nodes()
+            .iter()
+            .all(|n| subscribers_on(n, name) == count)
+    })
+    .await;
 }

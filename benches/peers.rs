@@ -25,7 +25,10 @@
 //! S4 latency distributions).
 //!
 //! Run: `testbed/run bench peers` (or `cargo bench --bench peers`);
-//! `QL_PEERS_SECS` sets the window of the throughput scenarios (default 5).
+//! `QL_PEERS_SECS` sets the window of the throughput scenarios (default 5);
+//! `QL_PEERS_ONLY=S2,s3sep` runs only those scenarios and
+//! `QL_PEERS_CLIENTS=quorumlock` only those clients (for an A/B or a
+//! profile: a missing client's figures print as NaN).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -404,7 +407,16 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let kinds = ["quorumlock", "rslock", "floor"];
+    // QL_PEERS_CLIENTS=quorumlock (say) runs only those clients, for a profile.
+    let clients_wanted = std::env::var("QL_PEERS_CLIENTS").ok();
+    let kinds: Vec<&str> = ["quorumlock", "rslock", "floor"]
+        .into_iter()
+        .filter(|kind| {
+            clients_wanted
+                .as_deref()
+                .is_none_or(|list| list.split(',').any(|k| k == *kind))
+        })
+        .collect();
     let mut rows: BTreeMap<&str, Row> = BTreeMap::new();
     let mut s1_samples: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
     let mut s4_samples: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
@@ -412,7 +424,7 @@ fn main() {
     let server_pids: Vec<u32> = testbed.nodes().iter().filter_map(|n| n.pid()).collect();
     let clients: Vec<Client> = runtime.block_on(async {
         let mut clients = Vec::new();
-        for kind in kinds {
+        for kind in &kinds {
             clients.push(Client::connect(kind, &urls).await);
         }
         clients
@@ -544,7 +556,12 @@ fn report(
         "scenario", "quorumlock", "rslock", "floor", "q/rslock", "q/floor"
     );
     for name in &names {
-        let get = |kind: &str| rows[kind].figures.get(*name).copied().unwrap_or(f64::NAN);
+        let get = |kind: &str| {
+            rows.get(kind)
+                .and_then(|row| row.figures.get(*name))
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
         let (qv, rv, fv) = (get("quorumlock"), get("rslock"), get("floor"));
         println!(
             "{:<22} {:>12.1} {:>12.1} {:>12.1} {:>10.3} {:>10.3}",

@@ -139,6 +139,11 @@ pub(crate) struct Node {
     quarantine_ms: u64,
     /// Declared durable: no quarantine, and its epoch survives restarts.
     durable: bool,
+    /// The epoch marker this node last reported settled (past the
+    /// quarantine), sent with every vote so that the script can skip its
+    /// clock and parse when the marker is unchanged (`scripts/epoch.lua`);
+    /// empty until the first report.
+    settled: Mutex<Vec<u8>>,
     /// Sends every script flagged as a write (`#!lua`): a Sentinel node,
     /// whose masters refuse writes once cut off from their replicas.
     flagged: bool,
@@ -158,6 +163,11 @@ pub(crate) struct Node {
 /// enough that 10,000 locks take a few dozen calls per node, small enough
 /// that one call holds the server for well under a millisecond.
 pub(crate) const RENEW_CHUNK: usize = 256;
+
+/// The longest epoch marker kept from a node's reply: a real one ("<run_id>
+/// <epoch id> <start ms> <origin>") is under 100 bytes; a longer one is an
+/// unexpected reply, never stored.
+const MAX_MARKER_LEN: usize = 256;
 
 /// The largest fencing counter accepted from a node: below 2^53 (exact in
 /// the scripts' Lua numbers) with room for the next token.
@@ -321,6 +331,7 @@ impl Node {
             connect_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
+            settled: Mutex::new(Vec::new()),
             slot: Mutex::new(Slot::Idle),
             connect_backoff_us: AtomicU64::new(0),
             liveness: Mutex::default(),
@@ -767,6 +778,7 @@ impl Node {
         let reply = self
             .eval_with(script, resend, cutoff, |cmd| {
                 args(cmd);
+                cmd.arg(&self.settled.lock().unwrap_or_else(PoisonError::into_inner)[..]);
                 if self.durable {
                     cmd.arg(-1);
                 } else {
@@ -774,8 +786,12 @@ impl Node {
                 }
             })
             .await?;
-        let Value::Array(mut items) = reply else {
+        let Value::Array(items) = reply else {
             return Ok((None, reply));
+        };
+        let mut items = match self.settle(items)? {
+            Value::Array(items) => items,
+            reply => return Ok((None, reply)),
         };
         let young = matches!(items.first(), Some(Value::BulkString(tag)) if tag == b"young");
         if !young {
@@ -787,6 +803,22 @@ impl Node {
             }
             _ => Err(self.unexpected(Value::Array(items))),
         }
+    }
+
+    /// Unwraps a vote reply that reports a newly settled epoch marker
+    /// (`{'settled', marker, reply}`), keeping the marker for the next
+    /// votes; any other reply is returned as it is.
+    fn settle(&self, mut items: Vec<Value>) -> Result<Value, NodeError> {
+        if !matches!(items.first(), Some(Value::BulkString(tag)) if tag == b"settled") {
+            return Ok(Value::Array(items));
+        }
+        if let [_, Value::BulkString(marker), inner] = &mut items[..]
+            && (1..=MAX_MARKER_LEN).contains(&marker.len())
+        {
+            *self.settled.lock().unwrap_or_else(PoisonError::into_inner) = std::mem::take(marker);
+            return Ok(std::mem::replace(inner, Value::Nil));
+        }
+        Err(self.unexpected(Value::Array(items)))
     }
 
     /// The quarantine error of this node, counted (in the stats and in a

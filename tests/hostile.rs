@@ -25,6 +25,16 @@ fn every_misbehaviour() -> Vec<Misbehaviour> {
         Misbehaviour::CloseMidReply,
         Misbehaviour::HandshakeThenSilent,
         Misbehaviour::Late(Duration::from_millis(100)),
+        // A vote reply reporting a settled epoch marker too long to keep,
+        // and one without the reply it should wrap.
+        Misbehaviour::Lie(
+            format!(
+                "*3\r\n$7\r\nsettled\r\n$300\r\n{}\r\n:1\r\n",
+                "x".repeat(300)
+            )
+            .into_bytes(),
+        ),
+        Misbehaviour::Lie(b"*2\r\n$7\r\nsettled\r\n$3\r\nabc\r\n".to_vec()),
     ];
     for error in [
         "ERR unknown command",

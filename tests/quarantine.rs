@@ -202,6 +202,61 @@ async fn just_started_servers_vote_after_the_quarantine_and_say_when() {
     guard.release().await;
 }
 
+/// A node whose epoch has settled votes without reading its clock: the
+/// client sends back the marker the node reported settled, and the script
+/// compares it instead of parsing it against the time. A node that loses
+/// its data gets a new marker, which the short cut does not match: it is
+/// quarantined as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_epoch_is_checked_without_the_clock_and_a_new_one_is_quarantined() {
+    let testbed = Testbed::start(3).expect("testbed");
+    // Every node, so that every node gets every vote.
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.quarantine(Duration::from_secs(60))
+            .quorum(quorumlock::Quorum::All)
+    }))
+    .await;
+    // The first vote of each node reports its marker settled (the testbed
+    // adopts its nodes: they vote at once).
+    let guard = lock.try_acquire(NAME).await.expect("every node votes");
+    guard.release().await;
+    let clock_reads = || -> Vec<u64> {
+        testbed
+            .nodes()
+            .iter()
+            .map(|n| common::calls_on(n, "time"))
+            .collect()
+    };
+    let before = clock_reads();
+    for _ in 0..20 {
+        let guard = lock.try_acquire(NAME).await.expect("every node votes");
+        guard.release().await;
+    }
+    assert_eq!(
+        clock_reads(),
+        before,
+        "TIME calls per node, after 20 acquires and before"
+    );
+
+    // Every node loses its data (the marker with it): its next vote starts
+    // a new epoch, which is quarantined whatever marker the client sends.
+    common::on_every_node(&testbed, &["FLUSHALL"]);
+    match lock.try_acquire(NAME).await {
+        Err(Error::QuorumNotReached { nodes, .. }) => {
+            for report in nodes.iter() {
+                assert!(
+                    matches!(&report.outcome, NodeOutcome::Failed(e) if e.kind() == NodeErrorKind::Quarantined)
+                        || matches!(report.outcome, NodeOutcome::NoReplyBeforeDecision),
+                    "{}: {:?}",
+                    report.node,
+                    report.outcome
+                );
+            }
+        }
+        other => panic!("every node lost its epoch: expected quarantined, got {other:?}"),
+    }
+}
+
 /// An operator adopts brand-new, empty servers at once; a server that
 /// holds anything is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

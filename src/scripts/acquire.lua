@@ -6,7 +6,7 @@
 -- ARGV[4] '1' when the caller waits for a release notice; ARGV[5] its
 -- queue id when it queues (a fair lock service), '' when it does not;
 -- ARGV[6] its ticket, ARGV[7] its place's lease in ms; ARGV[8] the
--- quarantine in ms (epoch.lua).
+-- settled marker and ARGV[9] the quarantine in ms (epoch.lua).
 --
 -- A lock key is a hash: field `owner` = the owner token, plus one field per
 -- hold (entry id) of that owner, and the waiters' mark once a waiter left

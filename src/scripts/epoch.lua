@@ -18,17 +18,35 @@
 -- over): no quarantine, and its marker goes to the AOF (never to a
 -- replica), so its epoch, and the counters stamped with it, survive a
 -- restart.
+--
+-- The ARGV before it is the marker this client last saw settled (past its
+-- quarantine) on this node, '' when none. A marker found equal to it needs
+-- no clock and no parse: the same marker is the same epoch, started at the
+-- same time, and the time since then only grows. A vote script whose
+-- reply settles a marker the client did not send wraps it once as
+-- {'settled', marker, reply}, so that the next call takes the short path.
+-- (This saves the TIME call and the parse, about a fifth of an acquire's
+-- server time.)
 local quorumlock_epoch_id = '-'
 local quorumlock_origin = false
+-- The settled marker the caller sent, when it matched: parsed only if a
+-- fencing counter needs its epoch id (quorumlock_epoch).
+local quorumlock_unparsed = false
+-- A marker this call found settled that the caller did not send.
+local quorumlock_news = false
 
 -- Reads (or starts) the epoch; returns the ms of quarantine left (0: the
 -- node votes).
 local function quorumlock_young()
+  local marker = redis.call('GET', 'quorumlock:epoch')
+  if marker and marker == ARGV[#ARGV - 1] then
+    quorumlock_unparsed = marker
+    return 0
+  end
   local quarantine = tonumber(ARGV[#ARGV]) or 0
   local durable = quarantine < 0
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local marker = redis.call('GET', 'quorumlock:epoch')
   local id, start, origin
   if marker then
     id, start, origin = string.match(marker, '^%S+ (%d+) (%d+) ([01])$')
@@ -37,25 +55,39 @@ local function quorumlock_young()
     -- Missing (a promoted replica, a flush, an eviction): a new epoch from
     -- now, its run_id unknown until the next connect's check.
     id, start, origin = t[1] .. t[2], now, '0'
+    marker = '- ' .. id .. ' ' .. now .. ' 0'
     redis.set_repl(durable and redis.REPL_AOF or redis.REPL_NONE)
-    redis.call('SET', 'quorumlock:epoch', '- ' .. id .. ' ' .. now .. ' 0')
+    redis.call('SET', 'quorumlock:epoch', marker)
     redis.set_repl(redis.REPL_ALL)
   end
   quorumlock_epoch_id = id
   quorumlock_origin = origin == '1'
-  if quarantine <= 0 then
-    return 0
+  if quarantine > 0 then
+    local left = tonumber(start) + quarantine - now
+    if left > 0 then
+      return left
+    end
   end
-  local left = tonumber(start) + quarantine - now
-  if left > 0 then
-    return left
-  end
+  quorumlock_news = marker
   return 0
+end
+
+-- The epoch id and whether the epoch is the node's whole history.
+local function quorumlock_epoch()
+  if quorumlock_unparsed then
+    local id, origin = string.match(quorumlock_unparsed, '^%S+ (%d+) %d+ ([01])$')
+    quorumlock_epoch_id, quorumlock_origin = id or '-', origin == '1'
+    quorumlock_unparsed = false
+  end
+  return quorumlock_epoch_id, quorumlock_origin
 end
 
 local function quorumlock_answer(young, reply)
   if young > 0 then
     return {'young', young, reply}
+  end
+  if quorumlock_news then
+    return {'settled', quorumlock_news, reply}
   end
   return reply
 end
@@ -65,15 +97,16 @@ end
 -- in this epoch, or absent on a node whose epoch is its whole history.
 local function quorumlock_counter(key)
   local raw = redis.call('GET', key)
+  local epoch_id, origin = quorumlock_epoch()
   if not raw then
-    if quorumlock_origin then
+    if origin then
       return '0', 1
     end
     return false, 0
   end
   local value, id = string.match(raw, '^(%S+) (%S+)$')
   if value then
-    if id == quorumlock_epoch_id then
+    if id == epoch_id then
       return value, 1
     end
     return value, 0

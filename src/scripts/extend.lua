@@ -1,7 +1,7 @@
 -- Give every lock key of a guard at least a new TTL, only if all carry our
 -- owner token (never a plain PEXPIRE).
 -- KEYS[1..m] lock keys. ARGV[1] owner token, ARGV[2] entry id, ARGV[3] TTL ms,
--- ARGV[4] the quarantine in ms (epoch.lua).
+-- ARGV[4] the settled marker, ARGV[5] the quarantine in ms (epoch.lua).
 -- Reply: 1 every key is ours and lives at least the TTL now (a longer TTL
 -- set by another hold of the same owner is kept); 0 some key is not ours
 -- (nothing written).

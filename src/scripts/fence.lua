@@ -8,8 +8,8 @@
 -- KEYS[1..m] lock keys, KEYS[m+1..2m] their fencing counters.
 -- ARGV[1] owner token, ARGV[2] the fencing token p, ARGV[3] the entry id,
 -- ARGV[4] the validity left in ms (the healed key's TTL), ARGV[5] the
--- quarantine in ms (unused: a raise is not a vote, and a young node's
--- raise is as good as any, see epoch.lua).
+-- settled marker and ARGV[6] the quarantine in ms (unused: a raise is not a
+-- vote, and a young node's raise is as good as any, see epoch.lua).
 -- Each counter becomes max(its value, p), stamped with this node's epoch:
 -- "<value> <epoch id>". Counters never go down within an epoch.
 -- Reply: 1 every counter is now >= p; 2 the same, after re-taking some
@@ -46,9 +46,10 @@ for _, key in ipairs(absent) do
   redis.call('HSET', key, 'owner', ARGV[1], ARGV[3], 1)
   redis.call('PEXPIRE', key, ARGV[4])
 end
+local epoch_id = quorumlock_epoch()
 for i = 1, m do
   local value = math.max(current[i], p)
-  redis.call('SET', KEYS[m + i], string.format('%d', value) .. ' ' .. quorumlock_epoch_id)
+  redis.call('SET', KEYS[m + i], string.format('%d', value) .. ' ' .. epoch_id)
 end
 if #absent > 0 then
   return 2

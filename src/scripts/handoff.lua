@@ -6,7 +6,8 @@
 -- ARGV[1] releasing owner token, ARGV[2] its entry id, ARGV[3] the queue
 -- id whose place the release gives up ('' none);
 -- ARGV[4] next owner token, ARGV[5] its entry id, ARGV[6] its queue id
--- ('' none), ARGV[7] TTL in ms, ARGV[8] the quarantine in ms (epoch.lua).
+-- ('' none), ARGV[7] TTL in ms, ARGV[8] the settled marker,
+-- ARGV[9] the quarantine in ms (epoch.lua).
 -- Reply: {r, 1, value, current}: the next owner holds the key now (its
 --        fencing counter as acquire.lua returns it) and left the queue;
 --        {r, 0, pttl}: it does not (the key stays held: another hold of the

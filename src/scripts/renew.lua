@@ -1,7 +1,8 @@
 -- Renew many guards on this node in one call (the watchdog's batch).
 -- KEYS: every guard's lock keys, guard after guard.
 -- ARGV: per guard, four values: owner token, entry id, TTL in ms, and how
---       many of KEYS are its keys; then the quarantine in ms (epoch.lua).
+--       many of KEYS are its keys; then the settled marker and the
+--       quarantine in ms (epoch.lua).
 -- Reply: one integer per guard:
 --   1  every key carried our hold: TTL raised to at least the TTL
 --   2  as 1, but some key was absent (node restarted empty, failover) and
@@ -17,7 +18,7 @@ local young = quorumlock_young()
 local out = {}
 local k = 1
 local a = 1
-while a < #ARGV do
+while a < #ARGV - 1 do
   local token, entry = ARGV[a], ARGV[a + 1]
   local ttl, n = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local code = 1

@@ -64,6 +64,11 @@ pub enum Misbehaviour {
     /// that fits every command): replies that come after the caller gave
     /// up on them.
     Late(Duration),
+    /// Answers the connection's set-up like
+    /// [`HandshakeThenSilent`](Self::HandshakeThenSilent), then every later
+    /// command with these bytes: a well-formed reply that no real server
+    /// sends to that command (a lie).
+    Lie(Vec<u8>),
     /// Answers what a connection's set-up sends (`CLIENT`, `HELLO`,
     /// `SELECT`, `PING`, `SCRIPT LOAD`, `INFO`, the epoch check's `EVAL`)
     /// like a fresh master, then never answers again.
@@ -224,6 +229,15 @@ async fn connection(stream: TcpStream, misbehaviour: Misbehaviour, commands: &At
                 let (reply, last) = handshake_reply(&command);
                 silent = last;
                 reply
+            }
+            Misbehaviour::Lie(bytes) => {
+                if handshake_over {
+                    bytes.clone()
+                } else {
+                    let (reply, last) = handshake_reply(&command);
+                    handshake_over = last;
+                    reply
+                }
             }
             Misbehaviour::Late(delay) => {
                 if handshake_over {

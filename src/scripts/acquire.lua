@@ -87,10 +87,11 @@ for i = 1, m do
 end
 local out = {1}
 for i = 1, m do
-  redis.call('HSET', KEYS[i], 'owner', ARGV[1], ARGV[2], 1)
+  -- Arguments as strings: a Lua number would be formatted for each call.
+  redis.call('HSET', KEYS[i], 'owner', ARGV[1], ARGV[2], '1')
   -- Never shorten: another hold of the same owner may have a longer TTL.
   if fresh[i] or redis.call('PTTL', KEYS[i]) < ttl then
-    redis.call('PEXPIRE', KEYS[i], ttl)
+    redis.call('PEXPIRE', KEYS[i], ARGV[3])
   end
   if queued[i] then
     local q, leases = queue(i)

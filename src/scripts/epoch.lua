@@ -97,13 +97,18 @@ end
 -- in this epoch, or absent on a node whose epoch is its whole history.
 local function quorumlock_counter(key)
   local raw = redis.call('GET', key)
-  local epoch_id, origin = quorumlock_epoch()
   if not raw then
+    -- Only the origin, the marker's last character: no parse for it.
+    local origin = quorumlock_origin
+    if quorumlock_unparsed then
+      origin = string.byte(quorumlock_unparsed, -1) == 49 -- '1'
+    end
     if origin then
       return '0', 1
     end
     return false, 0
   end
+  local epoch_id = quorumlock_epoch()
   local value, id = string.match(raw, '^(%S+) (%S+)$')
   if value then
     if id == epoch_id then

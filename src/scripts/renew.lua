@@ -59,7 +59,8 @@ while a < #ARGV - 1 do
           redis.call('HSET', KEYS[i], entry, 1)
         end
         if redis.call('PTTL', KEYS[i]) < ttl then
-          redis.call('PEXPIRE', KEYS[i], ttl)
+          -- The argument as it came: a Lua number would be formatted.
+          redis.call('PEXPIRE', KEYS[i], ARGV[a + 2])
         end
       end
     end

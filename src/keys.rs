@@ -34,6 +34,16 @@ pub(crate) fn release_channel(name: &str) -> String {
     format!("{RESERVED_PREFIX}released:{name}")
 }
 
+/// The channel on which a node tells lock service `service` that the name
+/// in the message is free and its waiter is first in line
+/// (`scripts/queue.lua`, `quorumlock_announce`). It is under the release
+/// channels' prefix, so the documented ACL (`&quorumlock:released:*`)
+/// covers it, and it is no name's release channel: names never start with
+/// the reserved prefix.
+pub(crate) fn turn_channel(service: &str) -> String {
+    format!("{RESERVED_PREFIX}released:{RESERVED_PREFIX}turn:{service}")
+}
+
 /// One guard's lock names: sorted, without duplicates, never empty. Every
 /// node gets them in this order, in one script call.
 pub(crate) struct KeySet {

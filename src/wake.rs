@@ -48,9 +48,13 @@
 //! `MultiLock`).
 //!
 //! **Fair lock services** (`fair(true)`) queue their waiters across
-//! processes (`scripts/queue.lua`): a release notice names the first
-//! waiter of the name's queue, and the subscriber counts it only in the lock
-//! service that has that waiter (a notice with no name counts everywhere).
+//! processes (`scripts/queue.lua`): when a name's queue has a first waiter,
+//! the release announces its turn to that waiter's lock service alone, on
+//! the service's turn channel (`quorumlock:released:quorumlock:turn:<service>`,
+//! subscribed from the service's first queued waiter on), and the
+//! subscriber counts it for that waiter; the waiters of other lock services
+//! could not take the name and hear nothing. A release whose queue is empty
+//! announces on the name's channel, to every waiter.
 //!
 //! Turn wake-ups off with
 //! [`LockConfigBuilder::wake_ups(false)`](crate::LockConfigBuilder::wake_ups)
@@ -59,6 +63,7 @@
 //! This module holds only documentation; its types are crate-internal.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -71,7 +76,7 @@ use tokio::time::Instant;
 use crate::clock::{Stamp, instant_in};
 use crate::error::{Error, NodeError, NodeOutcome, NodeReports};
 use crate::fanout::End;
-use crate::keys::{Entry, KeySet, RESERVED_PREFIX, Ticket, release_channel};
+use crate::keys::{Entry, KeySet, RESERVED_PREFIX, Ticket, release_channel, turn_channel};
 use crate::node::AcquireReply;
 use crate::node::Node;
 use crate::stats::{Counters, bump};
@@ -86,6 +91,9 @@ pub(crate) struct Wake {
     names: Arc<Mutex<HashMap<Arc<str>, Waiters>>>,
     subscribers: Vec<Subscriber>,
     connect_timeout: Duration,
+    /// Whether the subscribers listen on this lock service's turn channel
+    /// (from its first queued waiter on, for as long as they run).
+    turns_heard: AtomicBool,
 }
 
 /// The waiters of one name in this lock service.
@@ -174,6 +182,7 @@ impl Wake {
                 })
                 .collect(),
             connect_timeout,
+            turns_heard: AtomicBool::new(false),
         }
     }
 
@@ -271,6 +280,18 @@ impl Wake {
         queue_id: Option<Arc<str>>,
     ) -> Registration<'_> {
         let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        // A queued waiter's turn is announced on the lock service's turn
+        // channel: subscribed once, kept (one channel however many names).
+        if queue_id.is_some() && !self.turns_heard.swap(true, Ordering::Relaxed) {
+            for subscriber in &self.subscribers {
+                subscriber.change(
+                    Change::Subscribe(turn_channel(&self.service)),
+                    &self.names,
+                    self.connect_timeout,
+                    counters,
+                );
+            }
+        }
         let mut notices = Vec::with_capacity(keys.len());
         let mut turn = None;
         for name in keys.names() {
@@ -731,19 +752,34 @@ impl Subscriber {
 
 /// Counts a notice from node `index` for the name a release channel
 /// belongs to, unless it names the first waiter of the name's queue and
-/// that is not a waiter of this lock service (`next`: the message; empty
-/// when the node knows no first waiter).
+/// that is not a waiter of this lock service (`message`: empty when the
+/// node knows no first waiter). On this lock service's turn channel the
+/// message is "<queue id> <name>".
 fn deliver(
     names: &Weak<Mutex<HashMap<Arc<str>, Waiters>>>,
     index: usize,
     channel: &str,
-    next: &[u8],
+    message: &[u8],
 ) {
-    let Some(name) = channel
+    let Some(released) = channel
         .strip_prefix(RESERVED_PREFIX)
         .and_then(|c| c.strip_prefix("released:"))
     else {
         return;
+    };
+    let turn = released
+        .strip_prefix(RESERVED_PREFIX)
+        .is_some_and(|c| c.starts_with("turn:"));
+    let (name, next) = if turn {
+        let Some(space) = message.iter().position(|b| *b == b' ') else {
+            return;
+        };
+        let Ok(name) = std::str::from_utf8(&message[space + 1..]) else {
+            return;
+        };
+        (name, &message[..space])
+    } else {
+        (released, message)
     };
     let Some(names) = names.upgrade() else {
         return;
@@ -899,7 +935,7 @@ impl Listen<'_> {
             tokio::select! {
                 message = stream.next() => match message {
                     Some(message) => {
-                        self.notices.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.notices.fetch_add(1, Ordering::Relaxed);
                         deliver(
                             self.names,
                             self.index,

@@ -65,6 +65,27 @@ local function quorumlock_enqueue(queue, leases, id, ticket, lease)
   end
 end
 
+-- Announces that `key` is free on this node. When the queue's first
+-- waiter is known, only its lock service hears it, on that service's turn
+-- channel, with "<queue id> <key>" (the waiters of other lock services
+-- could not take the name, so waking them would be wasted); otherwise
+-- every waiter of the name hears it on the name's channel, with ''.
+-- `first` as quorumlock_head returns it.
+local function quorumlock_announce(key, first)
+  if type(first) == 'string' then
+    local service = string.match(first, '^([^.]+)%.')
+    if service then
+      redis.call('PUBLISH', 'quorumlock:released:quorumlock:turn:' .. service, first .. ' ' .. key)
+      return
+    end
+    -- Not a queue id this client wrote: named on the name's channel, as
+    -- any waiter it could be listens there.
+    redis.call('PUBLISH', 'quorumlock:released:' .. key, first)
+    return
+  end
+  redis.call('PUBLISH', 'quorumlock:released:' .. key, '')
+end
+
 local function quorumlock_dequeue(queue, leases, id)
   redis.call('ZREM', queue, id)
   redis.call('HDEL', leases, id)

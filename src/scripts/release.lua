@@ -6,12 +6,11 @@
 -- waits).
 -- A key whose last hold goes is deleted, and if a waiter marked it (one
 -- that found it held, or the queue it was taken past: see acquire.lua) the
--- node announces on
--- `quorumlock:released:<key>` that it is free, with the queue's first
--- waiter as the message: only that one retries ('' when none is known:
--- every waiter retries). A rollback too: a waiter that found the attempt's
--- key in its way waits for it. A key nobody waits for is freed without a
--- PUBLISH.
+-- node announces that it is free (quorumlock_announce): to the lock service
+-- of the queue's first waiter, whose turn it is, or when none is known on
+-- `quorumlock:released:<key>` to every waiter. A rollback too: a waiter
+-- that found the attempt's key in its way waits for it. A key nobody waits
+-- for is freed without a PUBLISH.
 -- Reply: 0 no key carried this hold (expired, released, or another
 -- owner's); 1 the hold is gone and every key of it was deleted; 2 the hold
 -- is gone but the owner's other holds keep some key (re-entry).
@@ -31,9 +30,7 @@ for i = 1, m do
       -- Ours was the last hold.
       redis.call('DEL', key)
       if found[3] then
-        local first = quorumlock_head(KEYS[m + i], KEYS[2 * m + i])
-        local next = type(first) == 'string' and first or ''
-        redis.call('PUBLISH', 'quorumlock:released:' .. key, next)
+        quorumlock_announce(key, quorumlock_head(KEYS[m + i], KEYS[2 * m + i]))
       end
       if result == 0 then result = 1 end
     else

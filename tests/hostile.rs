@@ -25,11 +25,13 @@ fn every_misbehaviour() -> Vec<Misbehaviour> {
         Misbehaviour::CloseMidReply,
         Misbehaviour::HandshakeThenSilent,
         Misbehaviour::Late(Duration::from_millis(100)),
-        // A vote reply reporting a settled epoch marker too long to keep,
-        // and one without the reply it should wrap.
+        // A vote reply reporting a settled epoch marker too long to keep
+        // around a winning acquire reply ({1, no counter, not current}): only
+        // the length check keeps it from counting as a vote. And one without
+        // the reply it should wrap.
         Misbehaviour::Lie(
             format!(
-                "*3\r\n$7\r\nsettled\r\n$300\r\n{}\r\n:1\r\n",
+                "*3\r\n$7\r\nsettled\r\n$300\r\n{}\r\n*3\r\n:1\r\n$-1\r\n:0\r\n",
                 "x".repeat(300)
             )
             .into_bytes(),

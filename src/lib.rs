@@ -167,6 +167,7 @@
 // The layers, each importing only from the layers below it (see
 // ARCHITECTURE.md; `tests/architecture.rs` keeps the shape).
 // 0 pure: no I/O, no async.
+mod batch;
 mod clock;
 mod config;
 mod error;

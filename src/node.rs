@@ -15,6 +15,18 @@
 //! and why releases are never dropped but finished in the background
 //! ([`crate::fanout`]).
 //!
+//! **Group commit.** Acquires and releases take turns on a node
+//! ([`crate::batch`]): a call that finds none under way goes out at once,
+//! alone, with its own script; calls that come while one is under way
+//! queue, and when it ends they go out together as one `scripts/batch.lua`
+//! call, in the order they came. On a busy node this saves a script call,
+//! a round of syscalls on both sides and a reply per call (S2 in
+//! `benches/peers.rs`: batches of about 16, +16 % operations per second,
+//! -18 % client CPU per operation). The order is kept: only the turn's
+//! holder sends, so a rollback, queued after its acquire, is sent after it;
+//! a queued call whose round's cutoff passed, or whose caller stopped
+//! waiting, is skipped, as redis-rs skips an unwritten command.
+//!
 //! Connecting runs in a spawned task shared by every caller, so a node that is
 //! slow to accept (paused, far away) costs each caller at most its own
 //! deadline, and the connect completes for the next caller when it can.
@@ -28,6 +40,9 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
+use tokio::sync::oneshot;
+
+use crate::batch::{Batcher, Offer};
 
 use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
@@ -156,6 +171,8 @@ pub(crate) struct Node {
     /// server), and this node's place among them.
     servers: Arc<ServerIds>,
     index: usize,
+    /// Group commit of acquires and releases (see [`crate::batch`]).
+    batcher: Batcher<Pending>,
     pub(crate) counters: NodeCounters,
 }
 
@@ -300,6 +317,131 @@ impl From<AcquireReply> for NodeOutcome {
     }
 }
 
+/// A call that goes through a node's group commit.
+enum Batched {
+    /// The acquire script (`scripts/acquire.lua`).
+    Acquire {
+        entry: Entry,
+        ttl_ms: u64,
+        waits: bool,
+        lease_ms: u64,
+    },
+    /// The release script (`scripts/release.lua`).
+    Release { entry: Entry, leave: bool },
+}
+
+impl Batched {
+    fn votes(&self) -> bool {
+        matches!(self, Batched::Acquire { .. })
+    }
+
+    /// Its script, when it goes alone.
+    fn script(&self) -> &'static Script {
+        match self {
+            Batched::Acquire { .. } => &scripts::ACQUIRE,
+            Batched::Release { .. } => &scripts::RELEASE,
+        }
+    }
+
+    fn key_count(&self) -> usize {
+        match self {
+            Batched::Acquire { entry, .. } => 4 * entry.keys.len(),
+            Batched::Release { entry, .. } => 3 * entry.keys.len(),
+        }
+    }
+
+    /// Its keys: the lock keys, then (acquire) their fencing counters,
+    /// then their waiter queues and the queues' leases.
+    fn keys(&self, cmd: &mut Cmd) {
+        match self {
+            Batched::Acquire { entry, .. } => {
+                names(cmd, &entry.keys);
+                cmd.arg(entry.keys.fences());
+                cmd.arg(entry.keys.queues());
+            }
+            Batched::Release { entry, .. } => {
+                names(cmd, &entry.keys);
+                cmd.arg(entry.keys.queues());
+            }
+        }
+    }
+
+    /// Its arguments, but for a vote's last two ([`Node::voter_args`]).
+    fn args(&self, cmd: &mut Cmd) {
+        match self {
+            Batched::Acquire {
+                entry,
+                ttl_ms,
+                waits,
+                lease_ms,
+            } => {
+                cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
+                cmd.arg(if *waits { "1" } else { "0" });
+                match &entry.ticket {
+                    Some(ticket) => cmd.arg(&*ticket.id).arg(ticket.score),
+                    None => cmd.arg("").arg(0),
+                };
+                cmd.arg(lease_ms);
+            }
+            Batched::Release { entry, leave } => {
+                cmd.arg(&*entry.token).arg(&*entry.id);
+                cmd.arg(queue_id(entry, *leave));
+            }
+        }
+    }
+
+    /// Its header in a batch (`scripts/batch.lua`): script, keys, arguments.
+    fn header(&self) -> String {
+        match self {
+            Batched::Acquire { .. } => format!("a{} 7", self.key_count()),
+            Batched::Release { .. } => format!("r{} 3", self.key_count()),
+        }
+    }
+}
+
+/// `numkeys`, every call's keys, then the batch's arguments
+/// (`scripts/batch.lua`), but for the vote's last two.
+fn batch_args(cmd: &mut Cmd, calls: &[Batched]) {
+    cmd.arg(calls.iter().map(Batched::key_count).sum::<usize>());
+    for call in calls {
+        call.keys(cmd);
+    }
+    cmd.arg(calls.len());
+    for call in calls {
+        cmd.arg(call.header());
+    }
+    for call in calls {
+        call.args(cmd);
+    }
+}
+
+/// A call queued for the node's next batch, and where its reply goes.
+struct Pending {
+    call: Batched,
+    cutoff: Option<Arc<Cutoff>>,
+    reply: oneshot::Sender<Result<Value, NodeError>>,
+}
+
+/// The node's turn to send ([`crate::batch`]), held by the one call or
+/// task sending now. Dropped, it passes the turn on: to the calls queued
+/// meanwhile, sent in a task of their own.
+struct Turn(Option<Arc<Node>>);
+
+impl Turn {
+    /// For a holder that freed the turn itself (the queue was empty).
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(node) = self.0.take() {
+            node.pass_turn();
+        }
+    }
+}
+
 /// A node's answer to the release script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
@@ -338,6 +480,7 @@ impl Node {
             generations: AtomicU64::new(0),
             servers,
             index,
+            batcher: Batcher::default(),
             counters: NodeCounters::default(),
         }
     }
@@ -425,19 +568,14 @@ impl Node {
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
-            let reply = node
-                .voting(&scripts::ACQUIRE, Some(&cutoff), |cmd| {
-                    with_fences_and_queues(cmd, &entry.keys);
-                    cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
-                    cmd.arg(if waits { "1" } else { "0" });
-                    match &entry.ticket {
-                        Some(ticket) => cmd.arg(&*ticket.id).arg(ticket.score),
-                        None => cmd.arg("").arg(0),
-                    };
-                    cmd.arg(lease_ms);
-                })
-                .await?;
             let m = entry.keys.len();
+            let call = Batched::Acquire {
+                entry,
+                ttl_ms,
+                waits,
+                lease_ms,
+            };
+            let reply = node.batched(call, Some(cutoff)).await?;
             match reply {
                 Value::Array(items) => match items.as_slice() {
                     [Value::Int(1), fences @ ..] if fences.len() == 2 * m => node
@@ -468,11 +606,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .eval(&scripts::RELEASE, |cmd| {
-                    with_queues(cmd, &entry.keys);
-                    cmd.arg(&*entry.token).arg(&*entry.id);
-                    cmd.arg(queue_id(&entry, leave));
-                })
+                .batched(Batched::Release { entry, leave }, None)
                 .await?;
             match reply {
                 Value::Int(0) => Ok(ReleaseReply::NotOurs),
@@ -761,8 +895,20 @@ impl Node {
         cutoff: Option<&Cutoff>,
         args: impl Fn(&mut Cmd),
     ) -> Result<(Option<Duration>, Value), NodeError> {
-        // Connected first: the connection identifies the server, and a
-        // server that votes through another node gets no second vote.
+        self.may_vote().await?;
+        let reply = self
+            .eval_with(script, resend, cutoff, |cmd| {
+                args(cmd);
+                self.voter_args(cmd);
+            })
+            .await?;
+        self.unwrap_vote(reply)
+    }
+
+    /// Checked before a vote is asked for: the node is connected (the
+    /// connection identifies the server), and no other node of this lock
+    /// service reaches the same server (one server casts one vote).
+    async fn may_vote(self: &Arc<Self>) -> Result<(), NodeError> {
         if let Err(e) = self.connection().await {
             bump(&self.counters.errors);
             telemetry::node_error(self.name());
@@ -775,17 +921,23 @@ impl Node {
                 format!("the same Redis server (run_id) as {voter}: one server casts one vote"),
             ));
         }
-        let reply = self
-            .eval_with(script, resend, cutoff, |cmd| {
-                args(cmd);
-                cmd.arg(&self.settled.lock().unwrap_or_else(PoisonError::into_inner)[..]);
-                if self.durable {
-                    cmd.arg(-1);
-                } else {
-                    cmd.arg(self.quarantine_ms);
-                }
-            })
-            .await?;
+        Ok(())
+    }
+
+    /// The last arguments of every vote script: the settled marker and the
+    /// quarantine (`scripts/epoch.lua`).
+    fn voter_args(&self, cmd: &mut Cmd) {
+        cmd.arg(&self.settled.lock().unwrap_or_else(PoisonError::into_inner)[..]);
+        if self.durable {
+            cmd.arg(-1);
+        } else {
+            cmd.arg(self.quarantine_ms);
+        }
+    }
+
+    /// A vote script's reply, unwrapped: `(Some(time left), reply)` for a
+    /// young node; a newly settled marker is kept.
+    fn unwrap_vote(&self, reply: Value) -> Result<(Option<Duration>, Value), NodeError> {
         let Value::Array(items) = reply else {
             return Ok((None, reply));
         };
@@ -803,6 +955,183 @@ impl Node {
             }
             _ => Err(self.unexpected(Value::Array(items))),
         }
+    }
+
+    /// Runs an acquire or a release through the node's group commit
+    /// ([`crate::batch`]): at once and alone when nothing else is being
+    /// sent to the node, else in the next batch, one script call for
+    /// every call queued meanwhile. The reply is the call's own, a vote
+    /// unwrapped as [`voting`](Self::voting) does. Not sent at all once
+    /// `cutoff` has passed, nor once its caller stopped waiting.
+    async fn batched(
+        self: &Arc<Self>,
+        call: Batched,
+        cutoff: Option<Arc<Cutoff>>,
+    ) -> Result<Value, NodeError> {
+        let votes = call.votes();
+        if votes {
+            self.may_vote().await?;
+        }
+        let (reply, answer) = oneshot::channel();
+        let result = match self.batcher.offer(Pending {
+            call,
+            cutoff: cutoff.clone(),
+            reply,
+        }) {
+            Offer::SendNow(pending) => {
+                let turn = Turn(Some(Arc::clone(self)));
+                let result = self.send_one(&pending.call, cutoff.as_deref()).await;
+                drop(turn);
+                result
+            }
+            Offer::Queued => answer.await.unwrap_or_else(|_| {
+                Err(NodeError::new(
+                    &self.name,
+                    NodeErrorKind::Unreachable,
+                    "dropped unsent: no runtime was left to send it on".to_string(),
+                ))
+            }),
+        };
+        if result.is_err() && !cutoff.as_deref().is_some_and(Cutoff::passed) {
+            bump(&self.counters.errors);
+            telemetry::node_error(self.name());
+        }
+        let reply = result?;
+        if !votes {
+            return Ok(reply);
+        }
+        match self.unwrap_vote(reply)? {
+            (Some(left), _) => Err(self.quarantined(left)),
+            (None, reply) => Ok(reply),
+        }
+    }
+
+    /// One call on its own, with its own script.
+    async fn send_one(
+        self: &Arc<Self>,
+        call: &Batched,
+        cutoff: Option<&Cutoff>,
+    ) -> Result<Value, NodeError> {
+        self.reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
+            let build = |script_ref: &str, verb: &str| {
+                let mut cmd = redis::cmd(verb);
+                cmd.arg(script_ref).arg(call.key_count());
+                call.keys(&mut cmd);
+                call.args(&mut cmd);
+                if call.votes() {
+                    self.voter_args(&mut cmd);
+                }
+                cmd
+            };
+            self.send_script(&mut conn, generation, call.script(), cutoff, build)
+                .await
+        })
+        .await
+    }
+
+    /// Sends the calls of a batch, each unless its caller stopped waiting
+    /// or its round's cutoff passed, and hands each its reply. Returns once
+    /// every reply is handed over, or once nobody waits for any.
+    async fn send_batch(self: &Arc<Self>, batch: Vec<Pending>) {
+        let mut calls = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        for pending in batch {
+            if pending.reply.is_closed() {
+                continue;
+            }
+            if pending.cutoff.as_deref().is_some_and(Cutoff::passed) {
+                let _ = pending.reply.send(Err(NodeError::new(
+                    &self.name,
+                    NodeErrorKind::Unreachable,
+                    "not sent: its round was decided before".to_string(),
+                )));
+                continue;
+            }
+            calls.push(pending.call);
+            replies.push(pending.reply);
+        }
+        if calls.is_empty() {
+            return;
+        }
+        let calls = &calls;
+        let send = async move {
+            if let [call] = &calls[..] {
+                return self.send_one(call, None).await.map(|reply| vec![Ok(reply)]);
+            }
+            bump(&self.counters.batches);
+            self.counters
+                .batched
+                .fetch_add(calls.len() as u64, Ordering::Relaxed);
+            let reply = self
+                .reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
+                    let build = |script_ref: &str, verb: &str| {
+                        let mut cmd = redis::cmd(verb);
+                        cmd.arg(script_ref);
+                        batch_args(&mut cmd, calls);
+                        self.voter_args(&mut cmd);
+                        cmd
+                    };
+                    self.send_script(&mut conn, generation, &scripts::BATCH, None, build)
+                        .await
+                })
+                .await?;
+            match reply {
+                Value::Array(items) if items.len() == calls.len() => Ok(items
+                    .into_iter()
+                    .map(|item| match item {
+                        Value::ServerError(e) => Err(self.error(&e.into())),
+                        item => Ok(item),
+                    })
+                    .collect()),
+                other => Err(self.unexpected(other)),
+            }
+        };
+        let nobody_waits =
+            futures::future::join_all(replies.iter_mut().map(oneshot::Sender::closed));
+        tokio::select! {
+            result = send => match result {
+                Ok(results) => {
+                    for (reply, result) in replies.into_iter().zip(results) {
+                        let _ = reply.send(result);
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            },
+            _ = nobody_waits => {}
+        }
+    }
+
+    /// Passes the node's turn on (see [`crate::batch`]): sends the calls
+    /// queued meanwhile, as batches, in a task of their own.
+    fn pass_turn(self: &Arc<Self>) {
+        let Some(batch) = self.batcher.next_batch() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Their callers hear that the calls were dropped.
+            drop(batch);
+            drop(self.batcher.abandon());
+            return;
+        };
+        let node = Arc::clone(self);
+        // Made here, so that a task dropped before it ran still passes the
+        // turn on.
+        let turn = Turn(Some(Arc::clone(self)));
+        runtime.spawn(async move {
+            let mut batch = batch;
+            loop {
+                node.send_batch(batch).await;
+                match node.batcher.next_batch() {
+                    Some(next) => batch = next,
+                    None => break,
+                }
+            }
+            turn.done();
+        });
     }
 
     /// Unwraps a vote reply that reports a newly settled epoch marker
@@ -877,39 +1206,41 @@ impl Node {
         cutoff: Option<&Cutoff>,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
-        let build = |verb: &str, script_ref: &str| {
+        let build = |script_ref: &str, verb: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(script_ref);
             args(&mut cmd);
             cmd
         };
+        let build = &build;
         self.counted(
-            self.reconnecting(resend, |conn, generation| async move {
-                let mut conn = conn;
-                match self
-                    .send(
-                        &mut conn,
-                        generation,
-                        &build("EVALSHA", script.sha(self.flagged)),
-                        cutoff,
-                    )
+            self.reconnecting(resend, |mut conn, generation| async move {
+                self.send_script(&mut conn, generation, script, cutoff, build)
                     .await
-                {
-                    Err(e) if e.code() == Some("NOSCRIPT") => {
-                        self.send(
-                            &mut conn,
-                            generation,
-                            &build("EVAL", script.body(self.flagged)),
-                            cutoff,
-                        )
-                        .await
-                    }
-                    result => result,
-                }
             }),
             cutoff,
         )
         .await
+    }
+
+    /// `EVALSHA` on `conn`, then `EVAL` if the server lost the script.
+    /// `build(script reference, verb)` makes the command.
+    async fn send_script(
+        self: &Arc<Self>,
+        conn: &mut MultiplexedConnection,
+        generation: u64,
+        script: &Script,
+        cutoff: Option<&Cutoff>,
+        build: impl Fn(&str, &str) -> Cmd,
+    ) -> Result<Value, RedisError> {
+        let sent = build(script.sha(self.flagged), "EVALSHA");
+        match self.send(conn, generation, &sent, cutoff).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                let sent = build(script.body(self.flagged), "EVAL");
+                self.send(conn, generation, &sent, cutoff).await
+            }
+            result => result,
+        }
     }
 
     /// Deletes the lock key `name` whatever its owner, keeps any renewal
@@ -1269,14 +1600,6 @@ fn with_fences(cmd: &mut Cmd, keys: &KeySet) {
     cmd.arg(2 * keys.len());
     names(cmd, keys);
     cmd.arg(keys.fences());
-}
-
-/// `numkeys`, the lock keys, then their waiter queues and the queues'
-/// leases.
-fn with_queues(cmd: &mut Cmd, keys: &KeySet) {
-    cmd.arg(3 * keys.len());
-    names(cmd, keys);
-    cmd.arg(keys.queues());
 }
 
 /// `numkeys`, the lock keys, their fencing counters, their waiter queues

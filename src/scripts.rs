@@ -71,6 +71,21 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("scripts/release.lua")
     ))
 });
+/// Group commit: the acquires and releases queued for one node, in one
+/// call and in their order (`scripts/batch.lua`). Each runs its own
+/// script's body; the epoch check runs once for the batch.
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/epoch.lua"),
+        include_str!("scripts/queue.lua"),
+        "local function quorumlock_acquire(KEYS, ARGV)\n",
+        include_str!("scripts/acquire.lua"),
+        "end\nlocal function quorumlock_release(KEYS, ARGV)\n",
+        include_str!("scripts/release.lua"),
+        "end\n",
+        include_str!("scripts/batch.lua")
+    ))
+});
 /// An operator's release of a name, whatever its owner.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_release.lua")));
@@ -124,10 +139,11 @@ pub(crate) static ADOPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/adopt.lua")));
 
 /// Every script, loaded on each new connection.
-pub(crate) fn all() -> [&'static Script; 10] {
+pub(crate) fn all() -> [&'static Script; 11] {
     [
         &ACQUIRE,
         &RELEASE,
+        &BATCH,
         &FORCE_RELEASE,
         &EXTEND,
         &RENEW,

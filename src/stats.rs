@@ -105,6 +105,13 @@ pub struct NodeStats {
     /// data may be incomplete: restarted, promoted, or new to this client).
     /// A renew call answers for every guard of its group at once.
     pub quarantined: u64,
+    /// Script calls that carried a batch: the acquires and releases that
+    /// queued while another one to this node was under way, sent together
+    /// in one call when it ended (group commit). A lone call goes out at
+    /// once, on its own.
+    pub batches: u64,
+    /// The acquires and releases those batches carried.
+    pub batched: u64,
 }
 
 /// The lock-level counters behind [`LockStats`].
@@ -140,6 +147,8 @@ pub(crate) struct NodeCounters {
     pub(crate) timeouts: AtomicU64,
     pub(crate) renew_calls: AtomicU64,
     pub(crate) quarantined: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    pub(crate) batched: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -188,6 +197,8 @@ impl NodeCounters {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             renew_calls: self.renew_calls.load(Ordering::Relaxed),
             quarantined: self.quarantined.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            batched: self.batched.load(Ordering::Relaxed),
         }
     }
 }

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "pure",
         &[
+            "batch",
             "clock",
             "quorum",
             "keys",

@@ -35,9 +35,12 @@ local quorumlock_unparsed = false
 -- A marker this call found settled that the caller did not send.
 local quorumlock_news = false
 
+-- The ms of quarantine left, once read (false: not yet).
+local quorumlock_left = false
+
 -- Reads (or starts) the epoch; returns the ms of quarantine left (0: the
 -- node votes).
-local function quorumlock_young()
+local function quorumlock_check()
   local marker = redis.call('GET', 'quorumlock:epoch')
   if marker and marker == ARGV[#ARGV - 1] then
     quorumlock_unparsed = marker
@@ -70,6 +73,15 @@ local function quorumlock_young()
   end
   quorumlock_news = marker
   return 0
+end
+
+-- The ms of quarantine left (0: the node votes), read once per script
+-- call: every call of a batch (batch.lua) is answered for the same epoch.
+local function quorumlock_young()
+  if not quorumlock_left then
+    quorumlock_left = quorumlock_check()
+  end
+  return quorumlock_left
 end
 
 -- The epoch id and whether the epoch is the node's whole history.

@@ -1,0 +1,128 @@
+//! Group commit's turn-taking: which caller sends to a node now, and which
+//! calls wait to go out together in the next batch.
+//!
+//! A node has one sender at a time: the *turn*. A call that finds the turn
+//! free and nobody queued takes it and goes out alone, at once, so a lone
+//! caller pays nothing for batching. Calls that arrive while the turn is
+//! taken queue; when the turn's call has its reply (or is abandoned), its
+//! holder takes the whole queue as the next batch, which goes out as one
+//! script call. Under load the batches grow by themselves, with no timer:
+//! the longer a round trip, the more calls gather behind it.
+//!
+//! The turn also orders: only its holder sends, and it takes the queue in
+//! arrival order, so a call (a rollback, a release) queued after another
+//! is never sent before it.
+//!
+//! This module is the bookkeeping alone (no I/O, no async); [`crate::node`]
+//! sends.
+
+use std::sync::{Mutex, PoisonError};
+
+/// The turn and the queue of one node, for calls of type `T`.
+#[derive(Debug)]
+pub(crate) struct Batcher<T> {
+    state: Mutex<State<T>>,
+}
+
+#[derive(Debug)]
+struct State<T> {
+    taken: bool,
+    queue: Vec<T>,
+}
+
+/// What [`Batcher::offer`] decided for a call.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Offer<T> {
+    /// The caller has the turn: send `T` now, then call
+    /// [`Batcher::next_batch`].
+    SendNow(T),
+    /// Queued: the turn's holder sends it.
+    Queued,
+}
+
+impl<T> Default for Batcher<T> {
+    fn default() -> Self {
+        Batcher {
+            state: Mutex::new(State {
+                taken: false,
+                queue: Vec::new(),
+            }),
+        }
+    }
+}
+
+impl<T> Batcher<T> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the turn for `call` if it is free, or queues the call.
+    pub(crate) fn offer(&self, call: T) -> Offer<T> {
+        let mut state = self.state();
+        if state.taken {
+            state.queue.push(call);
+            Offer::Queued
+        } else {
+            state.taken = true;
+            Offer::SendNow(call)
+        }
+    }
+
+    /// For the turn's holder once its call is done: the calls queued
+    /// meanwhile, in arrival order, which it must now send (it keeps the
+    /// turn), or `None`, and the turn is free.
+    pub(crate) fn next_batch(&self) -> Option<Vec<T>> {
+        let mut state = self.state();
+        if state.queue.is_empty() {
+            state.taken = false;
+            None
+        } else {
+            Some(std::mem::take(&mut state.queue))
+        }
+    }
+
+    /// For a holder that can no longer send (no runtime left to send on):
+    /// frees the turn and returns every queued call, whose callers then
+    /// hear that their call was dropped.
+    pub(crate) fn abandon(&self) -> Vec<T> {
+        let mut state = self.state();
+        state.taken = false;
+        std::mem::take(&mut state.queue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lone_call_goes_out_at_once_and_frees_the_turn() {
+        let batcher = Batcher::default();
+        assert_eq!(batcher.offer(1), Offer::SendNow(1));
+        assert_eq!(batcher.next_batch(), None);
+        assert_eq!(batcher.offer(2), Offer::SendNow(2));
+    }
+
+    #[test]
+    fn calls_during_a_turn_go_out_together_in_arrival_order() {
+        let batcher = Batcher::default();
+        assert_eq!(batcher.offer(1), Offer::SendNow(1));
+        assert_eq!(batcher.offer(2), Offer::Queued);
+        assert_eq!(batcher.offer(3), Offer::Queued);
+        assert_eq!(batcher.next_batch(), Some(vec![2, 3]));
+        // The holder keeps the turn while it sends the batch.
+        assert_eq!(batcher.offer(4), Offer::Queued);
+        assert_eq!(batcher.next_batch(), Some(vec![4]));
+        assert_eq!(batcher.next_batch(), None);
+        assert_eq!(batcher.offer(5), Offer::SendNow(5));
+    }
+
+    #[test]
+    fn an_abandoned_turn_hands_back_the_queue_and_frees_the_turn() {
+        let batcher = Batcher::default();
+        assert_eq!(batcher.offer(1), Offer::SendNow(1));
+        assert_eq!(batcher.offer(2), Offer::Queued);
+        assert_eq!(batcher.abandon(), vec![2]);
+        assert_eq!(batcher.offer(3), Offer::SendNow(3));
+    }
+}

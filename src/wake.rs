@@ -8,7 +8,10 @@
 //! callers wait for a name subscribes to that channel through **one**
 //! subscriber connection per node, shared by every waiter of the lock
 //! service (started on the first wait, re-made after a failure), and
-//! unsubscribes when the last waiter of the name leaves.
+//! unsubscribes 1 s after the last waiter of the name left, unless
+//! one waits for it again by then: a busy name, waited for again and again,
+//! costs no `SUBSCRIBE` and `UNSUBSCRIBE` per wait, and has no moment
+//! between two waits when its release goes unheard.
 //!
 //! Between two attempts a waiter sleeps until the first of:
 //!
@@ -78,6 +81,10 @@ use crate::error::{Error, NodeError, NodeOutcome, NodeReports};
 use crate::fanout::End;
 use crate::keys::{Entry, KeySet, RESERVED_PREFIX, Ticket, release_channel, turn_channel};
 use crate::node::AcquireReply;
+
+/// How long a subscriber stays subscribed to a name's channel after its
+/// last waiter left.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
 use crate::node::Node;
 use crate::stats::{Counters, bump};
 
@@ -816,13 +823,15 @@ async fn subscribe_loop(
     names: Weak<Mutex<HashMap<Arc<str>, Waiters>>>,
     notices: Arc<std::sync::atomic::AtomicU64>,
 ) {
-    let mut wanted: HashSet<String> = HashSet::new();
+    let mut wanted = Wanted::default();
     let mut backoff = Backoff::default();
     let mut reconnecting = false;
     loop {
-        while wanted.is_empty() {
+        // A new connection subscribes to what waiters wait for now.
+        wanted.end_lingering();
+        while wanted.channels.is_empty() {
             match changes.recv().await {
-                Some(change) => apply(&mut wanted, change),
+                Some(change) => wanted.apply(change),
                 None => return,
             }
         }
@@ -830,7 +839,7 @@ async fn subscribe_loop(
         let subscribed = match connected {
             Ok(Ok(pubsub)) => {
                 let (mut sink, stream) = pubsub.split();
-                let all: Vec<&String> = wanted.iter().collect();
+                let all: Vec<&String> = wanted.channels.iter().collect();
                 match tokio::time::timeout(connect_timeout, sink.subscribe(all)).await {
                     Ok(Ok(())) => Some((sink, stream)),
                     _ => None,
@@ -895,7 +904,7 @@ impl Backoff {
     /// `false` when the lock service is gone.
     async fn wait(
         &mut self,
-        wanted: &mut HashSet<String>,
+        wanted: &mut Wanted,
         changes: &mut mpsc::UnboundedReceiver<Change>,
     ) -> bool {
         let wait = tokio::time::sleep(self.pause);
@@ -905,7 +914,7 @@ impl Backoff {
             tokio::select! {
                 () = &mut wait => return true,
                 change = changes.recv() => match change {
-                    Some(change) => apply(wanted, change),
+                    Some(change) => wanted.apply(change),
                     None => return false,
                 },
             }
@@ -928,11 +937,13 @@ impl Listen<'_> {
         &self,
         mut sink: redis::aio::PubSubSink,
         mut stream: redis::aio::PubSubStream,
-        wanted: &mut HashSet<String>,
+        wanted: &mut Wanted,
         changes: &mut mpsc::UnboundedReceiver<Change>,
     ) -> bool {
         loop {
-            tokio::select! {
+            let lingering_ends = wanted.lingering.values().min().copied();
+            let linger = tokio::time::sleep_until(lingering_ends.unwrap_or_else(Instant::now));
+            let sent = tokio::select! {
                 message = stream.next() => match message {
                     Some(message) => {
                         self.notices.fetch_add(1, Ordering::Relaxed);
@@ -942,37 +953,94 @@ impl Listen<'_> {
                             message.get_channel_name(),
                             message.get_payload_bytes(),
                         );
+                        continue;
                     }
                     None => return true,
                 },
                 change = changes.recv() => {
                     let Some(change) = change else { return false };
-                    let sent = match &change {
-                        Change::Subscribe(c) if !wanted.contains(c) => {
+                    match &change {
+                        Change::Subscribe(c) if !wanted.channels.contains(c) => {
                             tokio::time::timeout(self.connect_timeout, sink.subscribe(c)).await
                         }
-                        Change::Unsubscribe(c) if wanted.contains(c) => {
-                            tokio::time::timeout(self.connect_timeout, sink.unsubscribe(c)).await
+                        // Kept for LINGER (see `Wanted::linger`).
+                        Change::Unsubscribe(c) if wanted.channels.contains(c) => {
+                            wanted.linger(c.clone(), Instant::now() + LINGER);
+                            continue;
                         }
                         _ => Ok(Ok(())),
-                    };
-                    apply(wanted, change);
-                    if !matches!(sent, Ok(Ok(()))) {
-                        return true;
                     }
+                    .map(|sent| sent.map(|()| wanted.apply(change)))
                 }
+                () = linger, if lingering_ends.is_some() => {
+                    let over = wanted.lingered(Instant::now());
+                    // Never an empty UNSUBSCRIBE: that drops every channel.
+                    if over.is_empty() {
+                        continue;
+                    }
+                    tokio::time::timeout(self.connect_timeout, sink.unsubscribe(&over)).await
+                }
+            };
+            if !matches!(sent, Ok(Ok(()))) {
+                return true;
             }
         }
     }
 }
 
-fn apply(wanted: &mut HashSet<String>, change: Change) {
-    match change {
-        Change::Subscribe(c) => {
-            wanted.insert(c);
+/// The channels a subscriber is subscribed to (or will be, once
+/// connected), and those of them kept only because their last waiter left
+/// less than [`LINGER`] ago.
+#[derive(Default)]
+struct Wanted {
+    channels: HashSet<String>,
+    /// Channel -> when it is unsubscribed.
+    lingering: HashMap<String, Instant>,
+}
+
+impl Wanted {
+    /// Applies a change as it is (no linger): on a connection being made,
+    /// or once its command was sent.
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Subscribe(c) => {
+                self.lingering.remove(&c);
+                self.channels.insert(c);
+            }
+            Change::Unsubscribe(c) => {
+                self.lingering.remove(&c);
+                self.channels.remove(&c);
+            }
         }
-        Change::Unsubscribe(c) => {
-            wanted.remove(&c);
+    }
+
+    /// Keeps `channel`, whose last waiter left, subscribed `until` then:
+    /// a waiter that comes back by then finds it subscribed.
+    fn linger(&mut self, channel: String, until: Instant) {
+        self.lingering.insert(channel, until);
+    }
+
+    /// Drops the channels whose linger is over by `now`, returning them
+    /// (to unsubscribe).
+    fn lingered(&mut self, now: Instant) -> Vec<String> {
+        let over: Vec<String> = self
+            .lingering
+            .iter()
+            .filter(|(_, ends)| **ends <= now)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in &over {
+            self.lingering.remove(c);
+            self.channels.remove(c);
+        }
+        over
+    }
+
+    /// Drops every lingering channel at once (a new connection subscribes
+    /// only to what waiters wait for).
+    fn end_lingering(&mut self) {
+        for (c, _) in self.lingering.drain() {
+            self.channels.remove(&c);
         }
     }
 }
@@ -996,6 +1064,38 @@ mod tests {
         // Sitting one release out, one each is not enough.
         assert!(!heard.quorum_may_be_free(1, 1));
         assert!(!heard.node(0) && heard.node(50) && !heard.node(200));
+    }
+
+    #[test]
+    fn a_channel_lingers_until_its_time_unless_a_waiter_comes_back() {
+        let mut wanted = Wanted::default();
+        let now = Instant::now();
+        for c in ["a", "b", "c"] {
+            wanted.apply(Change::Subscribe(c.into()));
+        }
+        wanted.linger("a".into(), now);
+        wanted.linger("b".into(), now + LINGER);
+        wanted.linger("c".into(), now);
+        // A waiter of `c` came back: it stays, no longer lingering.
+        wanted.apply(Change::Subscribe("c".into()));
+        assert_eq!(wanted.lingered(now), vec!["a".to_string()]);
+        assert!(wanted.channels.contains("b") && wanted.channels.contains("c"));
+        assert!(!wanted.channels.contains("a"));
+        assert_eq!(wanted.lingered(now + LINGER), vec!["b".to_string()]);
+        assert!(wanted.lingering.is_empty());
+    }
+
+    #[test]
+    fn a_new_connection_subscribes_to_no_lingering_channel() {
+        let mut wanted = Wanted::default();
+        wanted.apply(Change::Subscribe("kept".into()));
+        wanted.apply(Change::Subscribe("left".into()));
+        wanted.linger("left".into(), Instant::now() + LINGER);
+        wanted.end_lingering();
+        assert_eq!(wanted.channels, HashSet::from(["kept".to_string()]));
+        // While disconnected, a change applies as it is.
+        wanted.apply(Change::Unsubscribe("kept".into()));
+        assert!(wanted.channels.is_empty());
     }
 
     #[test]

@@ -274,8 +274,16 @@ async fn a_waiter_dropped_during_its_handoff_leaves_nothing_behind() {
     .await;
     for _ in 0..3 {
         let holder = lock.try_acquire("dropped").await.expect("holder");
+        let contended = lock.stats().contended;
         let waiter = spawn_waiter(&lock, "dropped");
-        wait_subscribed(&testbed, "dropped", 1, "the waiter to subscribe").await;
+        // Refused, it sleeps with its offer of a handoff. (Not "subscribed":
+        // the name's channel lingers from the last round.)
+        common::wait_for(
+            "the waiter's attempt to be refused",
+            Duration::from_secs(5),
+            || lock.stats().contended > contended,
+        )
+        .await;
         // Nodes 1 and 2 are paused: the handoff round cannot be decided
         // before the node timeout, and the waiter is dropped while it is in
         // flight.

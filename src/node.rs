@@ -15,17 +15,8 @@
 //! and why releases are never dropped but finished in the background
 //! ([`crate::fanout`]).
 //!
-//! **Group commit.** Acquires and releases take turns on a node
-//! ([`crate::batch`]): a call that finds none under way goes out at once,
-//! alone, with its own script; calls that come while one is under way
-//! queue, and when it ends they go out together as one `scripts/batch.lua`
-//! call, in the order they came. On a busy node this saves a script call,
-//! a round of syscalls on both sides and a reply per call (S2 in
-//! `benches/peers.rs`: batches of about 16, +16 % operations per second,
-//! -18 % client CPU per operation). The order is kept: only the turn's
-//! holder sends, so a rollback, queued after its acquire, is sent after it;
-//! a queued call whose round's cutoff passed, or whose caller stopped
-//! waiting, is skipped, as redis-rs skips an unwritten command.
+//! Acquires and releases go through the node's group commit
+//! ([`group_commit`]).
 //!
 //! Connecting runs in a spawned task shared by every caller, so a node that is
 //! slow to accept (paused, far away) costs each caller at most its own
@@ -40,9 +31,8 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
-use tokio::sync::oneshot;
 
-use crate::batch::{Batcher, Offer};
+use crate::batch::Batcher;
 
 use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
@@ -54,6 +44,10 @@ use crate::sentinel::connect_master;
 use crate::server_ids::ServerIds;
 use crate::stats::{NodeCounters, bump};
 use crate::telemetry;
+
+mod group_commit;
+
+use group_commit::{Batched, Pending};
 
 type Connect = Shared<BoxFuture<'static, Result<(MultiplexedConnection, u64), NodeError>>>;
 
@@ -313,131 +307,6 @@ impl From<AcquireReply> for NodeOutcome {
             AcquireReply::Won { .. } => NodeOutcome::Won,
             AcquireReply::Held { pttl } => NodeOutcome::HeldByOther { pttl },
             AcquireReply::Queued => NodeOutcome::WaitersAhead,
-        }
-    }
-}
-
-/// A call that goes through a node's group commit.
-enum Batched {
-    /// The acquire script (`scripts/acquire.lua`).
-    Acquire {
-        entry: Entry,
-        ttl_ms: u64,
-        waits: bool,
-        lease_ms: u64,
-    },
-    /// The release script (`scripts/release.lua`).
-    Release { entry: Entry, leave: bool },
-}
-
-impl Batched {
-    fn votes(&self) -> bool {
-        matches!(self, Batched::Acquire { .. })
-    }
-
-    /// Its script, when it goes alone.
-    fn script(&self) -> &'static Script {
-        match self {
-            Batched::Acquire { .. } => &scripts::ACQUIRE,
-            Batched::Release { .. } => &scripts::RELEASE,
-        }
-    }
-
-    fn key_count(&self) -> usize {
-        match self {
-            Batched::Acquire { entry, .. } => 4 * entry.keys.len(),
-            Batched::Release { entry, .. } => 3 * entry.keys.len(),
-        }
-    }
-
-    /// Its keys: the lock keys, then (acquire) their fencing counters,
-    /// then their waiter queues and the queues' leases.
-    fn keys(&self, cmd: &mut Cmd) {
-        match self {
-            Batched::Acquire { entry, .. } => {
-                names(cmd, &entry.keys);
-                cmd.arg(entry.keys.fences());
-                cmd.arg(entry.keys.queues());
-            }
-            Batched::Release { entry, .. } => {
-                names(cmd, &entry.keys);
-                cmd.arg(entry.keys.queues());
-            }
-        }
-    }
-
-    /// Its arguments, but for a vote's last two ([`Node::voter_args`]).
-    fn args(&self, cmd: &mut Cmd) {
-        match self {
-            Batched::Acquire {
-                entry,
-                ttl_ms,
-                waits,
-                lease_ms,
-            } => {
-                cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
-                cmd.arg(if *waits { "1" } else { "0" });
-                match &entry.ticket {
-                    Some(ticket) => cmd.arg(&*ticket.id).arg(ticket.score),
-                    None => cmd.arg("").arg(0),
-                };
-                cmd.arg(lease_ms);
-            }
-            Batched::Release { entry, leave } => {
-                cmd.arg(&*entry.token).arg(&*entry.id);
-                cmd.arg(queue_id(entry, *leave));
-            }
-        }
-    }
-
-    /// Its header in a batch (`scripts/batch.lua`): script, keys, arguments.
-    fn header(&self) -> String {
-        match self {
-            Batched::Acquire { .. } => format!("a{} 7", self.key_count()),
-            Batched::Release { .. } => format!("r{} 3", self.key_count()),
-        }
-    }
-}
-
-/// `numkeys`, every call's keys, then the batch's arguments
-/// (`scripts/batch.lua`), but for the vote's last two.
-fn batch_args(cmd: &mut Cmd, calls: &[Batched]) {
-    cmd.arg(calls.iter().map(Batched::key_count).sum::<usize>());
-    for call in calls {
-        call.keys(cmd);
-    }
-    cmd.arg(calls.len());
-    for call in calls {
-        cmd.arg(call.header());
-    }
-    for call in calls {
-        call.args(cmd);
-    }
-}
-
-/// A call queued for the node's next batch, and where its reply goes.
-struct Pending {
-    call: Batched,
-    cutoff: Option<Arc<Cutoff>>,
-    reply: oneshot::Sender<Result<Value, NodeError>>,
-}
-
-/// The node's turn to send ([`crate::batch`]), held by the one call or
-/// task sending now. Dropped, it passes the turn on: to the calls queued
-/// meanwhile, sent in a task of their own.
-struct Turn(Option<Arc<Node>>);
-
-impl Turn {
-    /// For a holder that freed the turn itself (the queue was empty).
-    fn done(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if let Some(node) = self.0.take() {
-            node.pass_turn();
         }
     }
 }
@@ -955,183 +824,6 @@ impl Node {
             }
             _ => Err(self.unexpected(Value::Array(items))),
         }
-    }
-
-    /// Runs an acquire or a release through the node's group commit
-    /// ([`crate::batch`]): at once and alone when nothing else is being
-    /// sent to the node, else in the next batch, one script call for
-    /// every call queued meanwhile. The reply is the call's own, a vote
-    /// unwrapped as [`voting`](Self::voting) does. Not sent at all once
-    /// `cutoff` has passed, nor once its caller stopped waiting.
-    async fn batched(
-        self: &Arc<Self>,
-        call: Batched,
-        cutoff: Option<Arc<Cutoff>>,
-    ) -> Result<Value, NodeError> {
-        let votes = call.votes();
-        if votes {
-            self.may_vote().await?;
-        }
-        let (reply, answer) = oneshot::channel();
-        let result = match self.batcher.offer(Pending {
-            call,
-            cutoff: cutoff.clone(),
-            reply,
-        }) {
-            Offer::SendNow(pending) => {
-                let turn = Turn(Some(Arc::clone(self)));
-                let result = self.send_one(&pending.call, cutoff.as_deref()).await;
-                drop(turn);
-                result
-            }
-            Offer::Queued => answer.await.unwrap_or_else(|_| {
-                Err(NodeError::new(
-                    &self.name,
-                    NodeErrorKind::Unreachable,
-                    "dropped unsent: no runtime was left to send it on".to_string(),
-                ))
-            }),
-        };
-        if result.is_err() && !cutoff.as_deref().is_some_and(Cutoff::passed) {
-            bump(&self.counters.errors);
-            telemetry::node_error(self.name());
-        }
-        let reply = result?;
-        if !votes {
-            return Ok(reply);
-        }
-        match self.unwrap_vote(reply)? {
-            (Some(left), _) => Err(self.quarantined(left)),
-            (None, reply) => Ok(reply),
-        }
-    }
-
-    /// One call on its own, with its own script.
-    async fn send_one(
-        self: &Arc<Self>,
-        call: &Batched,
-        cutoff: Option<&Cutoff>,
-    ) -> Result<Value, NodeError> {
-        self.reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
-            let build = |script_ref: &str, verb: &str| {
-                let mut cmd = redis::cmd(verb);
-                cmd.arg(script_ref).arg(call.key_count());
-                call.keys(&mut cmd);
-                call.args(&mut cmd);
-                if call.votes() {
-                    self.voter_args(&mut cmd);
-                }
-                cmd
-            };
-            self.send_script(&mut conn, generation, call.script(), cutoff, build)
-                .await
-        })
-        .await
-    }
-
-    /// Sends the calls of a batch, each unless its caller stopped waiting
-    /// or its round's cutoff passed, and hands each its reply. Returns once
-    /// every reply is handed over, or once nobody waits for any.
-    async fn send_batch(self: &Arc<Self>, batch: Vec<Pending>) {
-        let mut calls = Vec::with_capacity(batch.len());
-        let mut replies = Vec::with_capacity(batch.len());
-        for pending in batch {
-            if pending.reply.is_closed() {
-                continue;
-            }
-            if pending.cutoff.as_deref().is_some_and(Cutoff::passed) {
-                let _ = pending.reply.send(Err(NodeError::new(
-                    &self.name,
-                    NodeErrorKind::Unreachable,
-                    "not sent: its round was decided before".to_string(),
-                )));
-                continue;
-            }
-            calls.push(pending.call);
-            replies.push(pending.reply);
-        }
-        if calls.is_empty() {
-            return;
-        }
-        let calls = &calls;
-        let send = async move {
-            if let [call] = &calls[..] {
-                return self.send_one(call, None).await.map(|reply| vec![Ok(reply)]);
-            }
-            bump(&self.counters.batches);
-            self.counters
-                .batched
-                .fetch_add(calls.len() as u64, Ordering::Relaxed);
-            let reply = self
-                .reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
-                    let build = |script_ref: &str, verb: &str| {
-                        let mut cmd = redis::cmd(verb);
-                        cmd.arg(script_ref);
-                        batch_args(&mut cmd, calls);
-                        self.voter_args(&mut cmd);
-                        cmd
-                    };
-                    self.send_script(&mut conn, generation, &scripts::BATCH, None, build)
-                        .await
-                })
-                .await?;
-            match reply {
-                Value::Array(items) if items.len() == calls.len() => Ok(items
-                    .into_iter()
-                    .map(|item| match item {
-                        Value::ServerError(e) => Err(self.error(&e.into())),
-                        item => Ok(item),
-                    })
-                    .collect()),
-                other => Err(self.unexpected(other)),
-            }
-        };
-        let nobody_waits =
-            futures::future::join_all(replies.iter_mut().map(oneshot::Sender::closed));
-        tokio::select! {
-            result = send => match result {
-                Ok(results) => {
-                    for (reply, result) in replies.into_iter().zip(results) {
-                        let _ = reply.send(result);
-                    }
-                }
-                Err(e) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(e.clone()));
-                    }
-                }
-            },
-            _ = nobody_waits => {}
-        }
-    }
-
-    /// Passes the node's turn on (see [`crate::batch`]): sends the calls
-    /// queued meanwhile, as batches, in a task of their own.
-    fn pass_turn(self: &Arc<Self>) {
-        let Some(batch) = self.batcher.next_batch() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // Their callers hear that the calls were dropped.
-            drop(batch);
-            drop(self.batcher.abandon());
-            return;
-        };
-        let node = Arc::clone(self);
-        // Made here, so that a task dropped before it ran still passes the
-        // turn on.
-        let turn = Turn(Some(Arc::clone(self)));
-        runtime.spawn(async move {
-            let mut batch = batch;
-            loop {
-                node.send_batch(batch).await;
-                match node.batcher.next_batch() {
-                    Some(next) => batch = next,
-                    None => break,
-                }
-            }
-            turn.done();
-        });
     }
 
     /// Unwraps a vote reply that reports a newly settled epoch marker

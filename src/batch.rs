@@ -18,6 +18,9 @@
 
 use std::sync::{Mutex, PoisonError};
 
+/// The queue length from which [`Batcher::offer`] prunes.
+pub(crate) const PRUNE_FROM: usize = 64;
+
 /// The turn and the queue of one node, for calls of type `T`.
 #[derive(Debug)]
 pub(crate) struct Batcher<T> {
@@ -56,10 +59,18 @@ impl<T> Batcher<T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes the turn for `call` if it is free, or queues the call.
-    pub(crate) fn offer(&self, call: T) -> Offer<T> {
+    /// Takes the turn for `call` if it is free, or queues the call. A
+    /// queue that reaches a power of two from [`PRUNE_FROM`] on first drops
+    /// the calls nobody waits for any more (`awaited` false), so a turn
+    /// held long (a node slow to answer) keeps no more than the calls still
+    /// awaited.
+    pub(crate) fn offer(&self, call: T, awaited: impl Fn(&T) -> bool) -> Offer<T> {
         let mut state = self.state();
         if state.taken {
+            let len = state.queue.len();
+            if len >= PRUNE_FROM && len.is_power_of_two() {
+                state.queue.retain(awaited);
+            }
             state.queue.push(call);
             Offer::Queued
         } else {
@@ -81,6 +92,11 @@ impl<T> Batcher<T> {
         }
     }
 
+    /// How many calls wait for the turn.
+    pub(crate) fn queued(&self) -> usize {
+        self.state().queue.len()
+    }
+
     /// For a holder that can no longer send (no runtime left to send on):
     /// frees the turn and returns every queued call, whose callers then
     /// hear that their call was dropped.
@@ -95,34 +111,54 @@ impl<T> Batcher<T> {
 mod tests {
     use super::*;
 
+    fn always(_: &i32) -> bool {
+        true
+    }
+
+    #[test]
+    fn a_long_queue_drops_the_calls_nobody_waits_for() {
+        let batcher = Batcher::default();
+        assert_eq!(batcher.offer(-1, always), Offer::SendNow(-1));
+        let odd = |n: &i32| n % 2 == 1;
+        // Odd calls are still awaited.
+        for n in 0..=PRUNE_FROM as i32 {
+            assert_eq!(batcher.offer(n, odd), Offer::Queued);
+        }
+        // The offer that found 64 queued pruned them first, then queued.
+        let batch = batcher.next_batch().expect("queued");
+        assert_eq!(batch.len(), PRUNE_FROM / 2 + 1);
+        assert!(batch[..PRUNE_FROM / 2].iter().all(odd));
+        assert_eq!(batch.last(), Some(&(PRUNE_FROM as i32)));
+    }
+
     #[test]
     fn a_lone_call_goes_out_at_once_and_frees_the_turn() {
         let batcher = Batcher::default();
-        assert_eq!(batcher.offer(1), Offer::SendNow(1));
+        assert_eq!(batcher.offer(1, always), Offer::SendNow(1));
         assert_eq!(batcher.next_batch(), None);
-        assert_eq!(batcher.offer(2), Offer::SendNow(2));
+        assert_eq!(batcher.offer(2, always), Offer::SendNow(2));
     }
 
     #[test]
     fn calls_during_a_turn_go_out_together_in_arrival_order() {
         let batcher = Batcher::default();
-        assert_eq!(batcher.offer(1), Offer::SendNow(1));
-        assert_eq!(batcher.offer(2), Offer::Queued);
-        assert_eq!(batcher.offer(3), Offer::Queued);
+        assert_eq!(batcher.offer(1, always), Offer::SendNow(1));
+        assert_eq!(batcher.offer(2, always), Offer::Queued);
+        assert_eq!(batcher.offer(3, always), Offer::Queued);
         assert_eq!(batcher.next_batch(), Some(vec![2, 3]));
         // The holder keeps the turn while it sends the batch.
-        assert_eq!(batcher.offer(4), Offer::Queued);
+        assert_eq!(batcher.offer(4, always), Offer::Queued);
         assert_eq!(batcher.next_batch(), Some(vec![4]));
         assert_eq!(batcher.next_batch(), None);
-        assert_eq!(batcher.offer(5), Offer::SendNow(5));
+        assert_eq!(batcher.offer(5, always), Offer::SendNow(5));
     }
 
     #[test]
     fn an_abandoned_turn_hands_back_the_queue_and_frees_the_turn() {
         let batcher = Batcher::default();
-        assert_eq!(batcher.offer(1), Offer::SendNow(1));
-        assert_eq!(batcher.offer(2), Offer::Queued);
+        assert_eq!(batcher.offer(1, always), Offer::SendNow(1));
+        assert_eq!(batcher.offer(2, always), Offer::Queued);
         assert_eq!(batcher.abandon(), vec![2]);
-        assert_eq!(batcher.offer(3), Offer::SendNow(3));
+        assert_eq!(batcher.offer(3, always), Offer::SendNow(3));
     }
 }

@@ -392,6 +392,20 @@ impl Node {
         }
     }
 
+    /// The error of a call not sent because the node's connection has
+    /// answered nothing for too long (see [`stalled`](Self::stalled)), if
+    /// it has: checked before a call queues for the node's turn, which the
+    /// unanswered call holds.
+    pub(crate) fn silent(self: &Arc<Self>) -> Option<NodeError> {
+        let (conn, generation) = match &*self.slot.lock().unwrap_or_else(PoisonError::into_inner) {
+            Slot::Ready { conn, generation } => (conn.clone(), *generation),
+            _ => return None,
+        };
+        let queued = u32::try_from(self.batcher.queued()).unwrap_or(u32::MAX);
+        self.stalled(&conn, generation, queued)
+            .map(|silent_for| self.error(&silent_error(silent_for)))
+    }
+
     fn ready_generation(&self) -> Option<u64> {
         match &*self.slot.lock().unwrap_or_else(PoisonError::into_inner) {
             Slot::Ready { generation, .. } => Some(*generation),
@@ -1052,14 +1066,8 @@ impl Node {
         // server that is only slow or paused would run the old queue when it
         // wakes, and a release sent on a new connection could run before the
         // acquire it undoes, still queued on the old one.
-        if let Some(silent_for) = self.stalled(conn, generation) {
-            return Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "no reply to anything for {} ms: nothing more is sent until it answers",
-                    silent_for.as_millis()
-                ),
-            )));
+        if let Some(silent_for) = self.stalled(conn, generation, 0) {
+            return Err(silent_error(silent_for));
         }
         self.liveness().sent(generation);
         let result = conn.send_packed_command(cmd).await;
@@ -1096,17 +1104,21 @@ impl Node {
 
     /// How long connection `generation` has gone without any reply, if
     /// longer than the connect timeout (or, for a suspect node, once
-    /// [`MAX_UNANSWERED_WHEN_SUSPECT`] requests went unanswered); starts a probe (`PING`) then, at
-    /// most one at a time, whose answer lets calls through again.
+    /// [`MAX_UNANSWERED_WHEN_SUSPECT`] requests went unanswered, counting
+    /// the `queued` ones waiting for the node's turn); starts a probe
+    /// (`PING`) then, at most one at a time, whose answer lets calls
+    /// through again.
     fn stalled(
         self: &Arc<Self>,
         conn: &MultiplexedConnection,
         generation: u64,
+        queued: u32,
     ) -> Option<Duration> {
         let silent_for = {
             let mut liveness = self.liveness();
             let silent_for = liveness.silent_for(generation)?;
-            let flooded = liveness.timed_out && liveness.unanswered >= MAX_UNANSWERED_WHEN_SUSPECT;
+            let flooded = liveness.timed_out
+                && liveness.unanswered.saturating_add(queued) >= MAX_UNANSWERED_WHEN_SUSPECT;
             if silent_for < self.connect_timeout && !flooded {
                 return None;
             }
@@ -1266,6 +1278,17 @@ impl Slot {
             Slot::Connecting(_) | Slot::Ready { .. } => false,
         }
     }
+}
+
+/// The error of a call not sent to a connection silent for `silent_for`.
+fn silent_error(silent_for: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no reply to anything for {} ms: nothing more is sent until it answers",
+            silent_for.as_millis()
+        ),
+    ))
 }
 
 /// Whether a call that met a dead connection is sent again on a new one.

@@ -136,6 +136,13 @@ pub(super) struct Pending {
     reply: oneshot::Sender<Result<Value, NodeError>>,
 }
 
+impl Pending {
+    /// Whether its caller still waits for it.
+    fn awaited(&self) -> bool {
+        !self.reply.is_closed()
+    }
+}
+
 /// The node's turn to send ([`crate::batch`]), held by the one call or
 /// task sending now. Dropped, it passes the turn on: to the calls queued
 /// meanwhile, sent in a task of their own.
@@ -173,18 +180,27 @@ impl Node {
             self.may_vote().await?;
         }
         let (reply, answer) = oneshot::channel();
-        let result = match self.batcher.offer(Pending {
+        let pending = Pending {
             call,
             cutoff: cutoff.clone(),
             reply,
-        }) {
-            Offer::SendNow(pending) => {
+        };
+        // A node that answers nothing gets nothing more (`Node::send`):
+        // its call fails now, as it would have when sent, rather than queue
+        // behind the unanswered call that holds the turn.
+        let offer = match self.silent() {
+            Some(error) => Err(error),
+            None => Ok(self.batcher.offer(pending, Pending::awaited)),
+        };
+        let result = match offer {
+            Err(error) => Err(error),
+            Ok(Offer::SendNow(pending)) => {
                 let turn = Turn(Some(Arc::clone(self)));
                 let result = self.send_one(&pending.call, cutoff.as_deref()).await;
                 drop(turn);
                 result
             }
-            Offer::Queued => answer.await.unwrap_or_else(|_| {
+            Ok(Offer::Queued) => answer.await.unwrap_or_else(|_| {
                 Err(NodeError::new(
                     &self.name,
                     NodeErrorKind::Unreachable,

@@ -92,9 +92,11 @@ impl<T> Batcher<T> {
         }
     }
 
-    /// How many calls wait for the turn.
-    pub(crate) fn queued(&self) -> usize {
-        self.state().queue.len()
+    /// How many calls wait for the turn while it is taken; `None` while it
+    /// is free.
+    pub(crate) fn waiting(&self) -> Option<usize> {
+        let state = self.state();
+        state.taken.then_some(state.queue.len())
     }
 
     /// For a holder that can no longer send (no runtime left to send on):

@@ -394,14 +394,17 @@ impl Node {
 
     /// The error of a call not sent because the node's connection has
     /// answered nothing for too long (see [`stalled`](Self::stalled)), if
-    /// it has: checked before a call queues for the node's turn, which the
-    /// unanswered call holds.
+    /// it has, counting the calls queued for the node's turn. Checked only
+    /// while the turn is taken, before a call queues behind the call that
+    /// holds it; a call that takes the turn meets the same check in
+    /// [`send`](Self::send).
     pub(crate) fn silent(self: &Arc<Self>) -> Option<NodeError> {
+        let queued = self.batcher.waiting()?;
         let (conn, generation) = match &*self.slot.lock().unwrap_or_else(PoisonError::into_inner) {
             Slot::Ready { conn, generation } => (conn.clone(), *generation),
             _ => return None,
         };
-        let queued = u32::try_from(self.batcher.queued()).unwrap_or(u32::MAX);
+        let queued = u32::try_from(queued).unwrap_or(u32::MAX);
         self.stalled(&conn, generation, queued)
             .map(|silent_for| self.error(&silent_error(silent_for)))
     }
@@ -912,6 +915,20 @@ impl Node {
         cutoff: Option<&Cutoff>,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
+        let result = self.eval_uncounted(script, resend, cutoff, args).await;
+        self.count_failure(&result, cutoff);
+        result
+    }
+
+    /// [`eval_with`](Self::eval_with) without counting a failure in the
+    /// node's errors: for a caller that counts its own (a call of a batch).
+    async fn eval_uncounted(
+        self: &Arc<Self>,
+        script: &Script,
+        resend: Resend,
+        cutoff: Option<&Cutoff>,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, NodeError> {
         let build = |script_ref: &str, verb: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(script_ref);
@@ -919,13 +936,10 @@ impl Node {
             cmd
         };
         let build = &build;
-        self.counted(
-            self.reconnecting(resend, |mut conn, generation| async move {
-                self.send_script(&mut conn, generation, script, cutoff, build)
-                    .await
-            }),
-            cutoff,
-        )
+        self.reconnecting(resend, |mut conn, generation| async move {
+            self.send_script(&mut conn, generation, script, cutoff, build)
+                .await
+        })
         .await
     }
 
@@ -1003,7 +1017,6 @@ impl Node {
         .await
     }
 
-    /// Counts a failed call.
     /// A call's result, counted in the node's errors unless it ended after
     /// its round's `cutoff` (nobody waited for it any more).
     async fn counted(
@@ -1012,11 +1025,17 @@ impl Node {
         cutoff: Option<&Cutoff>,
     ) -> Result<Value, NodeError> {
         let result = call.await;
+        self.count_failure(&result, cutoff);
+        result
+    }
+
+    /// Counts a failed call in the node's errors, unless it ended after its
+    /// round's `cutoff`.
+    fn count_failure<T>(&self, result: &Result<T, NodeError>, cutoff: Option<&Cutoff>) {
         if result.is_err() && !cutoff.is_some_and(Cutoff::passed) {
             bump(&self.counters.errors);
             telemetry::node_error(self.name());
         }
-        result
     }
 
     /// Runs `call` on the current connection. A connection found dead (e.g.
@@ -1057,9 +1076,7 @@ impl Node {
         cutoff: Option<&Cutoff>,
     ) -> Result<Value, RedisError> {
         if cutoff.is_some_and(Cutoff::passed) {
-            return Err(RedisError::from(std::io::Error::other(
-                "not sent: its round was decided before",
-            )));
+            return Err(not_sent_error());
         }
         // A connection that answers nothing gets nothing more (see
         // `Liveness`): its queue would only grow. Not replaced either: a
@@ -1280,6 +1297,13 @@ impl Slot {
     }
 }
 
+/// The error of a call not sent because its round was decided before.
+fn not_sent_error() -> RedisError {
+    RedisError::from(std::io::Error::other(
+        "not sent: its round was decided before",
+    ))
+}
+
 /// The error of a call not sent to a connection silent for `silent_for`.
 fn silent_error(silent_for: Duration) -> RedisError {
     RedisError::from(std::io::Error::new(
@@ -1321,8 +1345,21 @@ fn with_fences(cmd: &mut Cmd, keys: &KeySet) {
 /// and the queues' leases.
 fn with_fences_and_queues(cmd: &mut Cmd, keys: &KeySet) {
     cmd.arg(4 * keys.len());
+    fences_and_queues(cmd, keys);
+}
+
+/// The lock keys, their fencing counters, their waiter queues and the
+/// queues' leases (the acquire and handoff scripts' keys).
+fn fences_and_queues(cmd: &mut Cmd, keys: &KeySet) {
     names(cmd, keys);
     cmd.arg(keys.fences());
+    cmd.arg(keys.queues());
+}
+
+/// The lock keys, their waiter queues and the queues' leases (the release
+/// script's keys).
+fn queues(cmd: &mut Cmd, keys: &KeySet) {
+    names(cmd, keys);
     cmd.arg(keys.queues());
 }
 

@@ -23,13 +23,12 @@ use std::sync::atomic::Ordering;
 use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
-use super::{Cutoff, Node, Resend, names, queue_id};
+use super::{Cutoff, Node, Resend, fences_and_queues, not_sent_error, queue_id, queues};
 use crate::batch::Offer;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Entry;
 use crate::scripts::{self, Script};
 use crate::stats::bump;
-use crate::telemetry;
 
 /// A call that goes through a node's group commit.
 pub(super) enum Batched {
@@ -68,15 +67,17 @@ impl Batched {
     /// then their waiter queues and the queues' leases.
     fn keys(&self, cmd: &mut Cmd) {
         match self {
-            Batched::Acquire { entry, .. } => {
-                names(cmd, &entry.keys);
-                cmd.arg(entry.keys.fences());
-                cmd.arg(entry.keys.queues());
-            }
-            Batched::Release { entry, .. } => {
-                names(cmd, &entry.keys);
-                cmd.arg(entry.keys.queues());
-            }
+            Batched::Acquire { entry, .. } => fences_and_queues(cmd, &entry.keys),
+            Batched::Release { entry, .. } => queues(cmd, &entry.keys),
+        }
+    }
+
+    /// How many arguments [`args`](Self::args) writes (for the batch's
+    /// header).
+    fn arg_count(&self) -> usize {
+        match self {
+            Batched::Acquire { .. } => 7,
+            Batched::Release { .. } => 3,
         }
     }
 
@@ -106,10 +107,11 @@ impl Batched {
 
     /// Its header in a batch (`scripts/batch.lua`): script, keys, arguments.
     fn header(&self) -> String {
-        match self {
-            Batched::Acquire { .. } => format!("a{} 7", self.key_count()),
-            Batched::Release { .. } => format!("r{} 3", self.key_count()),
-        }
+        let script = match self {
+            Batched::Acquire { .. } => 'a',
+            Batched::Release { .. } => 'r',
+        };
+        format!("{script}{} {}", self.key_count(), self.arg_count())
     }
 }
 
@@ -208,10 +210,7 @@ impl Node {
                 ))
             }),
         };
-        if result.is_err() && !cutoff.as_deref().is_some_and(Cutoff::passed) {
-            bump(&self.counters.errors);
-            telemetry::node_error(self.name());
-        }
+        self.count_failure(&result, cutoff.as_deref());
         let reply = result?;
         if !votes {
             return Ok(reply);
@@ -228,19 +227,13 @@ impl Node {
         call: &Batched,
         cutoff: Option<&Cutoff>,
     ) -> Result<Value, NodeError> {
-        self.reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
-            let build = |script_ref: &str, verb: &str| {
-                let mut cmd = redis::cmd(verb);
-                cmd.arg(script_ref).arg(call.key_count());
-                call.keys(&mut cmd);
-                call.args(&mut cmd);
-                if call.votes() {
-                    self.voter_args(&mut cmd);
-                }
-                cmd
-            };
-            self.send_script(&mut conn, generation, call.script(), cutoff, build)
-                .await
+        self.eval_uncounted(call.script(), Resend::AfterReconnect, cutoff, |cmd| {
+            cmd.arg(call.key_count());
+            call.keys(cmd);
+            call.args(cmd);
+            if call.votes() {
+                self.voter_args(cmd);
+            }
         })
         .await
     }
@@ -256,11 +249,7 @@ impl Node {
                 continue;
             }
             if pending.cutoff.as_deref().is_some_and(Cutoff::passed) {
-                let _ = pending.reply.send(Err(NodeError::new(
-                    &self.name,
-                    NodeErrorKind::Unreachable,
-                    "not sent: its round was decided before".to_string(),
-                )));
+                let _ = pending.reply.send(Err(self.error(&not_sent_error())));
                 continue;
             }
             calls.push(pending.call);
@@ -279,16 +268,9 @@ impl Node {
                 .batched
                 .fetch_add(calls.len() as u64, Ordering::Relaxed);
             let reply = self
-                .reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
-                    let build = |script_ref: &str, verb: &str| {
-                        let mut cmd = redis::cmd(verb);
-                        cmd.arg(script_ref);
-                        batch_args(&mut cmd, calls);
-                        self.voter_args(&mut cmd);
-                        cmd
-                    };
-                    self.send_script(&mut conn, generation, &scripts::BATCH, None, build)
-                        .await
+                .eval_uncounted(&scripts::BATCH, Resend::AfterReconnect, None, |cmd| {
+                    batch_args(cmd, calls);
+                    self.voter_args(cmd);
                 })
                 .await?;
             match reply {
@@ -348,5 +330,39 @@ impl Node {
             }
             turn.done();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{KeySet, Ticket};
+
+    #[test]
+    fn a_batch_header_counts_what_each_call_writes() {
+        let keys = KeySet::new(&["a", "b"]).expect("valid names");
+        let mut entry = Entry::new(keys, Arc::from("token"));
+        entry.ticket = Some(Ticket {
+            id: Arc::from("service.call"),
+            score: 1,
+        });
+        let calls = [
+            Batched::Acquire {
+                entry: entry.clone(),
+                ttl_ms: 1000,
+                waits: true,
+                lease_ms: 2000,
+            },
+            Batched::Release { entry, leave: true },
+        ];
+        for call in &calls {
+            let (mut keys, mut args) = (redis::cmd("X"), redis::cmd("X"));
+            call.keys(&mut keys);
+            call.args(&mut args);
+            assert_eq!(keys.args_iter().count() - 1, call.key_count());
+            assert_eq!(args.args_iter().count() - 1, call.arg_count());
+        }
+        assert_eq!(calls[0].header(), "a8 7");
+        assert_eq!(calls[1].header(), "r6 3");
     }
 }

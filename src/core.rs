@@ -42,7 +42,7 @@ impl Core {
                 };
                 Arc::new(Node::new(
                     n.target.clone(),
-                    config.connect_timeout,
+                    (config.connect_timeout, config.node_timeout),
                     quarantine,
                     n.durable,
                     (Arc::clone(&servers), i),

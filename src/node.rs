@@ -74,8 +74,11 @@ enum Slot {
 /// then tells a live server from a silent one.
 ///
 /// It also remembers whether a call on the connection went unanswered for
-/// the node timeout with no reply since: such a node is *suspect*, and a
-/// release does not wait for it (see [`Node::readiness`]).
+/// the node timeout with no reply in time since: such a node is *suspect*,
+/// and a release does not wait for it (see [`Node::readiness`]). A reply
+/// that took longer than the node timeout shows the connection alive but
+/// does not end the suspicion: waiting for a node that answers that late
+/// cannot pay.
 #[derive(Default)]
 struct Liveness {
     generation: u64,
@@ -104,11 +107,15 @@ impl Liveness {
         self.unanswered = self.unanswered.saturating_add(1);
     }
 
-    fn answered(&mut self, generation: u64) {
+    /// A reply on connection `generation`; `in_time`: within the node
+    /// timeout of its request.
+    fn answered(&mut self, generation: u64, in_time: bool) {
         if self.generation == generation {
             self.unanswered_since = None;
-            self.timed_out = false;
             self.unanswered = 0;
+            if in_time {
+                self.timed_out = false;
+            }
         }
     }
 
@@ -144,6 +151,9 @@ pub(crate) struct Node {
     name: Arc<str>,
     target: Target,
     connect_timeout: Duration,
+    /// The lock's node timeout: a reply later than this does not end the
+    /// node's suspicion (see `Liveness`).
+    node_timeout: Duration,
     /// The quarantine sent with every vote, in ms (see `scripts/epoch.lua`).
     quarantine_ms: u64,
     /// Declared durable: no quarantine, and its epoch survives restarts.
@@ -327,7 +337,7 @@ impl Node {
     /// have been lost, unless `durable`; node `index` of `servers`.
     pub(crate) fn new(
         target: Target,
-        connect_timeout: Duration,
+        (connect_timeout, node_timeout): (Duration, Duration),
         quarantine: Duration,
         durable: bool,
         (servers, index): (Arc<ServerIds>, usize),
@@ -340,6 +350,7 @@ impl Node {
             },
             target,
             connect_timeout,
+            node_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
             settled: Mutex::new(Vec::new()),
@@ -363,8 +374,8 @@ impl Node {
     /// up (commands queue on first poll), and if so whether it is suspect:
     /// a call to it timed out and nothing has answered on its connection
     /// since (a paused, overloaded or cut-off server). A release sends to a
-    /// suspect node but does not wait for it. A node that answers again is
-    /// at once no longer suspect.
+    /// suspect node but does not wait for it. A node that answers a call
+    /// within the node timeout again is at once no longer suspect.
     pub(crate) fn readiness(&self) -> Readiness {
         let Some(generation) = self.ready_generation() else {
             return Readiness::Disconnected;
@@ -383,7 +394,8 @@ impl Node {
     }
 
     /// Records that a call to this node went unanswered for the node
-    /// timeout: the node is suspect until its connection answers anything.
+    /// timeout: the node is suspect until its connection answers a call
+    /// within the node timeout.
     pub(crate) fn timed_out(&self) {
         if let Some(generation) = self.ready_generation() {
             let mut liveness = self.liveness();
@@ -1087,10 +1099,12 @@ impl Node {
             return Err(silent_error(silent_for));
         }
         self.liveness().sent(generation);
+        let sent = tokio::time::Instant::now();
         let result = conn.send_packed_command(cmd).await;
         if result.as_ref().is_ok_and(|_| true) || result.as_ref().is_err_and(|e| e.code().is_some())
         {
-            self.liveness().answered(generation);
+            let in_time = sent.elapsed() <= self.node_timeout;
+            self.liveness().answered(generation, in_time);
         }
         match result {
             Ok(Value::ServerError(e)) => {
@@ -1154,6 +1168,7 @@ impl Node {
         let node = Arc::clone(self);
         runtime.spawn(async move {
             let ping = redis::cmd("PING");
+            let sent = tokio::time::Instant::now();
             let answered =
                 tokio::time::timeout(node.connect_timeout, ping.query_async::<Value>(&mut conn))
                     .await
@@ -1161,7 +1176,7 @@ impl Node {
             let mut liveness = node.liveness();
             liveness.probing = false;
             if answered {
-                liveness.answered(generation);
+                liveness.answered(generation, sent.elapsed() <= node.node_timeout);
             }
         });
     }
@@ -1410,7 +1425,7 @@ mod tests {
     fn counters_outside_the_exact_range_are_refused() {
         let node = Node::new(
             Target::Direct(Client::open("redis://127.0.0.1:1").expect("url")),
-            Duration::from_secs(1),
+            (Duration::from_secs(1), Duration::from_millis(50)),
             Duration::from_secs(1),
             false,
             (ServerIds::new(1), 0),

@@ -413,3 +413,42 @@ async fn a_paused_server_votes_again_as_soon_as_it_answers() {
     println!("a paused server votes again {back:?} after it resumed");
     assert!(back < Duration::from_secs(2), "{back:?}");
 }
+
+/// A node that answers every call, but only after twice the node timeout,
+/// is waited for once: its late replies show the connection alive, yet
+/// each is too late to end its suspicion, so the releases after the first
+/// do not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_answers_late_is_waited_for_once() {
+    let testbed = Testbed::start(2).expect("testbed");
+    let hostile = HostileServer::start(Misbehaviour::Late(NODE_TIMEOUT * 2)).expect("hostile");
+    let mut urls = testbed.urls();
+    urls.push(hostile.url());
+    let lock = lock_over(urls, false);
+    const CYCLES: usize = 500;
+    let began = Instant::now();
+    for i in 0..CYCLES {
+        let guard = tokio::time::timeout(BOUND, lock.try_acquire(&format!("late-{i}")))
+            .await
+            .expect("acquire hung")
+            .expect("the 2 real nodes are a majority");
+        tokio::time::timeout(BOUND, guard.release())
+            .await
+            .expect("release hung");
+    }
+    let took = began.elapsed();
+    let late = &lock.stats().nodes[2];
+    println!(
+        "{CYCLES} cycles with a late node in {took:?}: {} timeouts, {} errors",
+        late.timeouts, late.errors
+    );
+    // The first acquire and the first release ask it before any call has
+    // timed out; after that it is suspect. Its replies come 100 ms apart,
+    // one at a time: had each ended the suspicion, a release would wait
+    // again after each (11 timeouts in 500 cycles before this rule).
+    assert!(
+        late.timeouts <= 2,
+        "waited for the late node {} times",
+        late.timeouts
+    );
+}

@@ -123,3 +123,51 @@ async fn a_call_that_fails_in_a_batch_fails_alone() {
     // The acquire and its rollback each met the string there.
     assert_eq!(lock.stats().nodes[0].errors, 2);
 }
+
+/// The largest guard (1,024 names, 4,096 keys in its call) goes through a
+/// batch like any other: queued with another call behind a paused node,
+/// both go out in one batch and both win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_set_goes_out_in_a_batch() {
+    let mut testbed = Testbed::start(3).expect("testbed");
+    let lock = patient_every_node_lock(&testbed).await;
+    let names: Vec<String> = (0..1024).map(|i| format!("sku:{i}")).collect();
+
+    testbed.node_mut(0).pause().expect("pause node 0");
+    // One call at a time, each seen on nodes 1 and 2 (so it has offered its
+    // call to node 0) before the next: the first takes node 0's turn, the
+    // other two queue behind it.
+    let mut tasks = Vec::new();
+    for (i, set) in [vec![name(0)], names.clone(), vec![name(1)]]
+        .into_iter()
+        .enumerate()
+    {
+        let probe = set[set.len() - 1].clone();
+        let task_lock = lock.clone();
+        tasks.push(tokio::spawn(async move {
+            task_lock.try_acquire_all(&set).await
+        }));
+        common::wait_for(
+            &format!("acquire {i} to reach nodes 1 and 2"),
+            Duration::from_secs(5),
+            || (1..3).all(|n| common::value_on(testbed.node(n), &probe).is_some()),
+        )
+        .await;
+    }
+    testbed.node_mut(0).resume().expect("resume node 0");
+    let mut guards = Vec::new();
+    for task in tasks {
+        guards.push(
+            task.await
+                .expect("acquire task")
+                .expect("wins on every node"),
+        );
+    }
+    let node0 = &lock.stats().nodes[0];
+    assert_eq!((node0.batches, node0.batched), (1, 2), "{node0:?}");
+    assert_eq!(common::holds_on(testbed.node(0), &names[1023]), 1);
+    for guard in guards {
+        assert!(guard.release().await.was_held);
+    }
+    assert_eq!(common::values(&testbed, &names[0]), vec![None, None, None]);
+}

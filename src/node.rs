@@ -410,7 +410,7 @@ impl Node {
     /// while the turn is taken, before a call queues behind the call that
     /// holds it; a call that takes the turn meets the same check in
     /// [`send`](Self::send).
-    pub(crate) fn silent(self: &Arc<Self>) -> Option<NodeError> {
+    fn silent(self: &Arc<Self>) -> Option<NodeError> {
         let queued = self.batcher.waiting()?;
         let (conn, generation) = match &*self.slot.lock().unwrap_or_else(PoisonError::into_inner) {
             Slot::Ready { conn, generation } => (conn.clone(), *generation),
@@ -927,9 +927,8 @@ impl Node {
         cutoff: Option<&Cutoff>,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
-        let result = self.eval_uncounted(script, resend, cutoff, args).await;
-        self.count_failure(&result, cutoff);
-        result
+        self.counted(self.eval_uncounted(script, resend, cutoff, args), cutoff)
+            .await
     }
 
     /// [`eval_with`](Self::eval_with) without counting a failure in the

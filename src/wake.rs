@@ -81,12 +81,12 @@ use crate::error::{Error, NodeError, NodeOutcome, NodeReports};
 use crate::fanout::End;
 use crate::keys::{Entry, KeySet, RESERVED_PREFIX, Ticket, release_channel, turn_channel};
 use crate::node::AcquireReply;
+use crate::node::Node;
+use crate::stats::{Counters, bump};
 
 /// How long a subscriber stays subscribed to a name's channel after its
 /// last waiter left.
 pub(crate) const LINGER: Duration = Duration::from_secs(1);
-use crate::node::Node;
-use crate::stats::{Counters, bump};
 
 /// Names with waiters, and how to reach each node's subscriber.
 pub(crate) struct Wake {

@@ -282,6 +282,18 @@ fn rss() -> u64 {
         * 1024
 }
 
+/// One acquire and release of `name`, each bounded by [`BOUND`], on a lock
+/// whose real nodes are a majority.
+async fn acquire_and_release(lock: &MultiLock, name: &str) {
+    let guard = tokio::time::timeout(BOUND, lock.try_acquire(name))
+        .await
+        .expect("acquire hung")
+        .expect("the real nodes are a majority");
+    tokio::time::timeout(BOUND, guard.release())
+        .await
+        .expect("release hung");
+}
+
 /// 5,000 acquire+release cycles with each misbehaviour as 1 node of 3:
 /// memory, tasks and connections stay flat (figures printed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,16 +306,7 @@ async fn five_thousand_cycles_per_misbehaviour_leave_nothing_growing() {
         let lock = lock_over(urls, true);
         let cycle = |i: u64| {
             let lock = lock.clone();
-            async move {
-                let name = format!("cycle-{}", i % 64);
-                let guard = tokio::time::timeout(BOUND, lock.try_acquire(&name))
-                    .await
-                    .expect("bounded")
-                    .expect("2 real nodes of 3");
-                tokio::time::timeout(BOUND, guard.release())
-                    .await
-                    .expect("bounded");
-            }
+            async move { acquire_and_release(&lock, &format!("cycle-{}", i % 64)).await }
         };
         // Warm-up: connections made (or given up), allocator settled.
         for i in 0..500 {
@@ -428,13 +431,7 @@ async fn a_node_that_answers_late_is_waited_for_once() {
     const CYCLES: usize = 500;
     let began = Instant::now();
     for i in 0..CYCLES {
-        let guard = tokio::time::timeout(BOUND, lock.try_acquire(&format!("late-{i}")))
-            .await
-            .expect("acquire hung")
-            .expect("the 2 real nodes are a majority");
-        tokio::time::timeout(BOUND, guard.release())
-            .await
-            .expect("release hung");
+        acquire_and_release(&lock, &format!("late-{i}")).await;
     }
     let took = began.elapsed();
     let late = &lock.stats().nodes[2];

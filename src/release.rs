@@ -7,7 +7,10 @@
 //! * **They reach every node that may carry the entry**, also one slower
 //!   than the node timeout: what is not answered in time is finished in
 //!   the background (bounded), never dropped, because a dropped call that
-//!   was not yet written would be skipped.
+//!   was not yet written would be skipped. The bound still holds: a call
+//!   that waited past it for its node's turn (group commit, see
+//!   [`crate::node`]), or that meets a node silent past the connect
+//!   timeout, is not sent, and the key expires by its TTL.
 //! * **They never overtake the write they undo**: each is queued on the
 //!   node's one ordered connection after the request it undoes (see
 //!   [`crate::node`]), so a rollback cannot run before a late acquire.

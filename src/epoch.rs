@@ -28,8 +28,9 @@ pub(crate) struct ServerHistory {
     /// `master_replid`: a master takes a new one when its first replica
     /// attaches.)
     pub(crate) replid: String,
-    /// How far back its data is known complete: the uptime of a master
-    /// never promoted (it lost nothing since it started), else zero.
+    /// How far back its data is known complete: the time since a master
+    /// never promoted started (it lost nothing since), at its shortest,
+    /// else zero. See [`ServerHistory::parse`].
     pub(crate) complete_for: Duration,
 }
 
@@ -66,8 +67,18 @@ impl ServerHistory {
         // A promotion gives a master a second replication id.
         let never_promoted = field(replication, "master_replid2")
             .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b == b'0'));
+        // `uptime_in_seconds` is the difference of two whole-second wall
+        // clock readings (Redis's cached `unixtime` now, minus the second it
+        // started in), so it reads 1 for a process 1 ms old once a second
+        // boundary has passed: the true age is more than `uptime − 1` s,
+        // and may be anything below `uptime + 1` s. Dating the epoch from
+        // the uptime itself could end the quarantine up to a second early
+        // (two owners at once); one second less never does. The script then
+        // counts back from its own later `TIME`, which only shortens the
+        // backdate further. (DESIGN rule 13: every time source at its
+        // worst rounding.)
         let complete_for = match uptime {
-            Some(secs) if master && never_promoted => Duration::from_secs(secs),
+            Some(secs) if master && never_promoted => Duration::from_secs(secs.saturating_sub(1)),
             _ => Duration::ZERO,
         };
         ServerHistory {
@@ -131,7 +142,29 @@ mod tests {
     fn a_master_never_promoted_is_complete_since_it_started() {
         let h = history("master", ZEROS, "3600");
         assert_eq!(h.run_id, "d6bd7b06a87d842a1099");
-        assert_eq!(h.complete_for, Duration::from_secs(3600));
+        // At least 3,599 s: the uptime is rounded to whole seconds.
+        assert_eq!(h.complete_for, Duration::from_secs(3599));
+    }
+
+    #[test]
+    fn the_whole_second_uptime_never_dates_an_epoch_before_the_start() {
+        // Redis reads `uptime_in_seconds` as floor(now) − floor(start) on
+        // its wall clock. For every start and age in ms (ages up to 3 s,
+        // starts across a second), the backdate is at most the true age.
+        for start_ms in (0..1000u64).step_by(7) {
+            for age_ms in (0..3000u64).step_by(11) {
+                let now_ms = 5_000 + start_ms + age_ms;
+                let uptime = now_ms / 1000 - (5_000 + start_ms) / 1000;
+                let h = history("master", ZEROS, &uptime.to_string());
+                assert!(
+                    h.complete_for <= Duration::from_millis(age_ms),
+                    "started at .{start_ms:03}, {age_ms} ms old: uptime {uptime} dated it back {:?}",
+                    h.complete_for
+                );
+            }
+        }
+        assert_eq!(history("master", ZEROS, "0").complete_for, Duration::ZERO);
+        assert_eq!(history("master", ZEROS, "1").complete_for, Duration::ZERO);
     }
 
     #[test]

@@ -425,3 +425,114 @@ async fn long_running_servers_vote_at_once() {
     assert!(lock.stats().nodes.iter().all(|n| n.quarantined == 0));
     guard.release().await;
 }
+
+/// Milliseconds past the whole second on this machine's wall clock (the
+/// servers run here too, on the same clock).
+fn ms_into_second() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    u64::from(now.subsec_millis())
+}
+
+/// Sleeps until the wall clock is `at` ms into a second (the next such
+/// moment).
+async fn until_ms_into_second(at: u64) {
+    let now = ms_into_second();
+    let wait = (at + 1000 - now) % 1000;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+}
+
+/// `uptime_in_seconds` of one node, read on a connection of its own.
+fn uptime(node: &RedisNode) -> u64 {
+    let mut conn = node.connection().expect("inspect node");
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut conn)
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|s| s.trim().parse().ok())
+        .expect("uptime_in_seconds")
+}
+
+/// One trial of the whole-second rounding's schedule: A holds exactly
+/// {n0, n1, n2} of 5 (TTL 1 s); n2 is killed and started empty at x.90 s
+/// on the wall clock; past the second boundary a new client B connects
+/// (n2's `uptime_in_seconds` then reads 1 for a process about 150 ms old)
+/// and tries 150–250 ms after the start. Returns (whether B won while A
+/// held, whether the uptime overstated n2's age when B connected: a trial
+/// of the rounding at all).
+async fn second_boundary_trial(
+    testbed: &mut Testbed,
+    a: &MultiLock,
+    configure: impl Fn(LockConfigBuilder) -> LockConfigBuilder,
+    ttl: Duration,
+) -> (bool, bool) {
+    until_ms_into_second(700).await;
+    for node in &testbed.nodes()[3..] {
+        plant_foreign_hold(node, NAME, ttl);
+    }
+    let guard = a.try_acquire(NAME).await.expect("A wins n0, n1, n2");
+    let n2 = testbed.node_mut(2);
+    n2.kill().expect("kill n2");
+    n2.wipe_data().expect("wipe n2");
+    until_ms_into_second(900).await;
+    let started = std::time::Instant::now();
+    n2.start().expect("start n2 empty");
+    for node in &testbed.nodes()[3..] {
+        remove(node, NAME);
+    }
+    until_ms_into_second(20).await;
+    let rounded_up = uptime(testbed.node(2)) * 1000 > started.elapsed().as_millis() as u64;
+    let b = common::connected(common::lock_with(testbed, configure)).await;
+    let asked_at = Duration::from_millis(150 + rand_ms(100));
+    tokio::time::sleep(asked_at.saturating_sub(started.elapsed())).await;
+    let overlap = second_owner_overlaps(&guard, &b, 2, ttl).await;
+    guard.release().await;
+    common::wait_until_gone(testbed, NAME, "A released").await;
+    // Adopting n2 is safe here only because no lock is held anywhere now.
+    let adopted = a.adopt_empty_nodes().await;
+    assert!(adopted[2].is_ok(), "{adopted:?}");
+    (overlap, rounded_up)
+}
+
+fn rand_ms(below: u64) -> u64 {
+    u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .subsec_nanos(),
+    ) % below
+}
+
+/// A server restarted empty just before a wall-clock second boundary is
+/// never dated back by the second `uptime_in_seconds` rounds up: its
+/// quarantine never ends early, and a second client never takes the lock
+/// its first holder still holds (30 of 30 trials overlapped when the epoch
+/// was dated from the uptime itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_just_before_a_second_boundary_is_never_dated_early() {
+    let ttl = Duration::from_secs(1);
+    let mut testbed = Testbed::start(5).expect("testbed");
+    let configure = |b: LockConfigBuilder| {
+        b.ttl(ttl)
+            .node_timeout(Duration::from_millis(100))
+            .wake_ups(false)
+    };
+    let a = common::connected(common::lock_with(&testbed, configure)).await;
+    let (mut overlaps, mut rounded) = (0, 0);
+    const TRIALS: usize = 30;
+    for _ in 0..TRIALS {
+        let (overlap, rounded_up) = second_boundary_trial(&mut testbed, &a, configure, ttl).await;
+        overlaps += usize::from(overlap);
+        rounded += usize::from(rounded_up);
+    }
+    println!(
+        "{TRIALS} trials, {rounded} with the uptime rounded past the server's age: {overlaps} overlaps"
+    );
+    assert_eq!(overlaps, 0, "a second owner while the first held");
+    // A machine too busy to start a server within 100 ms rounds less
+    // often; most trials must still exercise the rounding.
+    assert!(rounded >= TRIALS / 3, "only {rounded} trials rounded up");
+}

@@ -1,11 +1,14 @@
 -- Run once on every new connection, before any vote: makes sure the epoch
 -- marker belongs to this server process, and starts a new epoch when it
 -- does not (the server restarted, or was promoted, since it was written).
--- ARGV[1] the server's identity, run_id:master_replid2 (new at every start and
--- promotion), ARGV[2] how far back the new epoch may start
--- in ms: the uptime when INFO shows a master never promoted (its data is
--- complete since it booted), else 0. ARGV[3] 1: the node is declared
--- durable: a marker it kept over a restart (in its AOF) stays valid.
+-- ARGV[1] the server's identity, run_id:master_replid2 (new at every start
+-- and promotion). ARGV[2] how far back the new epoch may start in ms: when
+-- INFO shows a master never promoted (its data is complete since it
+-- booted), its uptime less the second its whole-second rounding may add
+-- (epoch.rs), else 0; counted back from this script's TIME, later than
+-- INFO's, so the epoch never starts before the server did. ARGV[3] 1: the
+-- node is declared durable: a marker it kept over a restart (in its AOF)
+-- stays valid.
 -- Reply: {age of the epoch in ms, 1 if it is new}.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)

@@ -73,14 +73,14 @@ impl Request {
     /// The entry one attempt tries to take: the owner's token (a fresh one
     /// for an anonymous request) and a fresh entry id, so that a late
     /// rollback of one attempt can never remove another attempt's hold.
-    pub(crate) fn entry(&self) -> Entry {
+    pub(crate) fn entry(&self, nodes: usize) -> Entry {
         let token = match &self.owner {
             Some(token) => Arc::clone(token),
             None => Arc::clone(Owner::new().shared_token()),
         };
         Entry {
             ticket: self.ticket.clone(),
-            ..Entry::new(Arc::clone(&self.keys), token)
+            ..Entry::new(Arc::clone(&self.keys), token, nodes)
         }
     }
 }
@@ -141,7 +141,7 @@ impl Services {
         gate: Option<usize>,
     ) -> Result<LockGuard, Error> {
         let core = &self.core;
-        let entry = request.entry();
+        let entry = request.entry(core.nodes.len());
         let ttl_ms = ttl_millis(request.ttl);
         bump(&core.counters.attempts);
         let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
@@ -271,7 +271,8 @@ impl Services {
         let core = &self.core;
         let mut nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
             (0..core.nodes.len()).map(|_| None).collect();
-        release::rollback(core, &entry, &nothing).await;
+        // A handoff takes the name with the lock's TTL.
+        release::rollback(core, &entry, &nothing, core.config.ttl).await;
         Error::QuorumNotReached {
             key: entry.keys.to_string(),
             required: core.required(),
@@ -303,7 +304,7 @@ impl Services {
             return Ok(self.guard(request, entry, round));
         }
         // Lost (or won too late): undo whatever the attempt may have written.
-        release::rollback(&self.core, &entry, &round.replies).await;
+        release::rollback(&self.core, &entry, &round.replies, request.ttl).await;
         Err(self.refusal(&entry, round, validity))
     }
 

@@ -278,6 +278,12 @@ impl NodeError {
         }
     }
 
+    /// The same error, its detail followed by what was done about it.
+    pub(crate) fn noting(mut self, note: impl fmt::Display) -> Self {
+        self.detail = format!("{}; {note}", self.detail);
+        self
+    }
+
     /// A [`NodeErrorKind::Quarantined`] error: the node votes again in
     /// `left`.
     pub(crate) fn quarantined(node: &Arc<str>, left: Duration) -> Self {

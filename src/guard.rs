@@ -649,7 +649,8 @@ impl LockGuard {
         let mut unfinished = FinishOnDrop(Some(self.held.clone()));
         let HeldLock { lease, services } = self.held.clone();
         let was_held = lease.begin_release().await;
-        let mut report = release::release(&services.core, &services.wake, &lease.entry).await;
+        let ttl = lease.key_ttl();
+        let mut report = release::release(&services.core, &services.wake, &lease.entry, ttl).await;
         unfinished.0 = None;
         report.was_held = was_held;
         tracing::debug!(key = %lease.name, released = report.released, failed = report.failed.len(), was_held, "released");
@@ -713,7 +714,8 @@ fn release_in_background(runtime: &tokio::runtime::Handle, held: HeldLock, what:
     let HeldLock { lease, services } = held;
     runtime.spawn(async move {
         lease.begin_release().await;
-        let report = release::release(&services.core, &services.wake, &lease.entry).await;
+        let ttl = lease.key_ttl();
+        let report = release::release(&services.core, &services.wake, &lease.entry, ttl).await;
         tracing::debug!(key = %lease.name, released = report.released, "{what}");
     });
 }

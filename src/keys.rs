@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::Error;
 
@@ -152,18 +153,61 @@ pub(crate) struct Entry {
     /// The place in the names' waiter queues of the acquire call that
     /// made this entry, if it waits for release notices.
     pub(crate) ticket: Option<Ticket>,
+    /// The nodes a write of this entry was handed to (see [`Reached`]).
+    pub(crate) reached: Arc<Reached>,
 }
 
 impl Entry {
-    /// A fresh entry of `token` on `keys`: a late rollback of one attempt
-    /// can never remove another attempt's hold.
-    pub(crate) fn new(keys: Arc<KeySet>, token: Arc<str>) -> Entry {
+    /// A fresh entry of `token` on `keys`, for a lock service of `nodes`
+    /// nodes: a late rollback of one attempt can never remove another
+    /// attempt's hold.
+    pub(crate) fn new(keys: Arc<KeySet>, token: Arc<str>, nodes: usize) -> Entry {
         Entry {
             keys,
             token,
             id: Arc::from(format!("{:016x}", rand::random::<u64>())),
             ticket: None,
+            reached: Arc::new(Reached::new(nodes)),
         }
+    }
+}
+
+/// The nodes a write of one entry (an acquire, a renewal or fencing raise
+/// that may re-take a key, an extend, a handoff to it) has been handed to
+/// the connection of: the nodes that may carry the entry, so the ones its
+/// release or rollback must reach however long they take. A node never
+/// marked never got anything of the entry that writes, so nothing there
+/// needs undoing: a release does not wait for, queue behind or retry on
+/// such a node unless it is healthy.
+///
+/// A mark is set before its call checks its round's cutoff, and a rollback
+/// reads the marks after passing the cutoff, both sequentially consistent:
+/// a call that goes out after all is always marked (see
+/// [`crate::node::Cutoff`]).
+#[derive(Debug)]
+pub(crate) struct Reached {
+    nodes: usize,
+    words: Box<[AtomicU64]>,
+}
+
+impl Reached {
+    pub(crate) fn new(nodes: usize) -> Reached {
+        Reached {
+            nodes,
+            words: (0..nodes.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Records that a write of the entry is handed to node `i`.
+    pub(crate) fn mark(&self, i: usize) {
+        if i < self.nodes {
+            self.words[i / 64].fetch_or(1 << (i % 64), Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a write of the entry was ever handed to node `i`.
+    pub(crate) fn has(&self, i: usize) -> bool {
+        i < self.nodes && self.words[i / 64].load(Ordering::SeqCst) & (1 << (i % 64)) != 0
     }
 }
 
@@ -213,6 +257,20 @@ mod tests {
             Err(Error::InvalidKey { key, .. }) => assert_eq!(key, "1025 names"),
             other => panic!("expected InvalidKey, got {:?}", other.map(|k| k.len())),
         }
+    }
+
+    #[test]
+    fn reached_marks_each_node_apart() {
+        let reached = Reached::new(130);
+        for i in [0, 63, 64, 129] {
+            assert!(!reached.has(i));
+            reached.mark(i);
+            assert!(reached.has(i));
+        }
+        assert!(!reached.has(1) && !reached.has(128));
+        // Out of range: never marked, never a panic.
+        reached.mark(130);
+        assert!(!reached.has(130));
     }
 
     #[test]

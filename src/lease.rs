@@ -376,6 +376,11 @@ impl Lease {
         self.state().deadline
     }
 
+    /// The TTL the keys were last given.
+    pub(crate) fn key_ttl(&self) -> Duration {
+        self.state().ttl
+    }
+
     pub(crate) fn holds(&self) -> Vec<Hold> {
         self.state().holds.clone()
     }

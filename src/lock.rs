@@ -688,7 +688,7 @@ impl MultiLock {
         // A release hands the name over with the lock's TTL: an acquire
         // with a TTL of its own takes its turn by an attempt instead.
         let handoff = request.keys.len() == 1 && request.ttl == services.core.config.ttl;
-        let next = || handoff.then(|| request.entry());
+        let next = || handoff.then(|| request.entry(services.core.nodes.len()));
         // Others of this lock service wait for it already: queue behind
         // them (first come, first served) rather than barge in with an
         // attempt that would find the name taken or handed over.

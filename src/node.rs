@@ -7,13 +7,14 @@
 //! runs after it on the node; it can never overtake it. A connection pool
 //! would lose this ordering.
 //!
-//! What happens to a call whose future is dropped depends on how far it got:
-//! a command already written to the socket runs on the node; one still
-//! queued is skipped by redis-rs (it sheds requests nobody waits for); one
-//! still waiting for a connection was never queued. So a dropped acquire may
-//! or may not have run, which is why its rollback goes to the node anyway,
-//! and why releases are never dropped but finished in the background
-//! ([`crate::fanout`]).
+//! A call whose future is dropped after it went out is not lost: its
+//! command keeps its place in the connection's queue and its reply is
+//! still awaited and recorded ([`in_flight`]), so a node is judged by what
+//! its connection receives, never by whether a caller still awaited it. A
+//! call dropped before it went out (still waiting for a connection or for
+//! its node's turn) never goes out, unless it undoes a write: a release,
+//! a rollback, a waiter leaving its queues is an [`Undo`], which is never
+//! dropped ([`undo`]).
 //!
 //! Acquires and releases go through the node's group commit
 //! ([`group_commit`]).
@@ -37,7 +38,7 @@ use crate::batch::Batcher;
 use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
-use crate::keys::{Entry, KeySet, Ticket};
+use crate::keys::{Entry, KeySet, Reached, Ticket};
 use crate::quorum::Vote;
 use crate::scripts::{self, Script};
 use crate::sentinel::connect_master;
@@ -46,8 +47,12 @@ use crate::stats::{NodeCounters, bump};
 use crate::telemetry;
 
 mod group_commit;
+mod in_flight;
+mod undo;
 
 use group_commit::{Batched, Pending};
+use in_flight::{Drain, InFlight, Liveness, Watch};
+pub(crate) use undo::Undo;
 
 type Connect = Shared<BoxFuture<'static, Result<(MultiplexedConnection, u64), NodeError>>>;
 
@@ -65,64 +70,6 @@ enum Slot {
         error: NodeError,
         retry_at: tokio::time::Instant,
     },
-}
-
-/// Whether the current connection answers at all: since when requests
-/// have gone out with no reply of any kind in between. Replies to calls
-/// whose futures were dropped (a fan-out that decided without them) are
-/// not seen here, so a quiet spell only stops new calls; a `PING` probe
-/// then tells a live server from a silent one.
-///
-/// It also remembers whether a call on the connection went unanswered for
-/// the node timeout with no reply in time since: such a node is *suspect*,
-/// and a release does not wait for it (see [`Node::readiness`]). A reply
-/// that took longer than the node timeout shows the connection alive but
-/// does not end the suspicion: waiting for a node that answers that late
-/// cannot pay.
-#[derive(Default)]
-struct Liveness {
-    generation: u64,
-    unanswered_since: Option<tokio::time::Instant>,
-    timed_out: bool,
-    /// Requests sent since the last reply.
-    unanswered: u32,
-    probing: bool,
-}
-
-impl Liveness {
-    /// Starts over for a new connection.
-    fn on(&mut self, generation: u64) {
-        if self.generation != generation {
-            *self = Liveness {
-                generation,
-                ..Liveness::default()
-            };
-        }
-    }
-
-    fn sent(&mut self, generation: u64) {
-        self.on(generation);
-        self.unanswered_since
-            .get_or_insert_with(tokio::time::Instant::now);
-        self.unanswered = self.unanswered.saturating_add(1);
-    }
-
-    /// A reply on connection `generation`; `in_time`: within the node
-    /// timeout of its request.
-    fn answered(&mut self, generation: u64, in_time: bool) {
-        if self.generation == generation {
-            self.unanswered_since = None;
-            self.unanswered = 0;
-            if in_time {
-                self.timed_out = false;
-            }
-        }
-    }
-
-    fn silent_for(&mut self, generation: u64) -> Option<Duration> {
-        self.on(generation);
-        self.unanswered_since.map(|since| since.elapsed())
-    }
 }
 
 /// How many requests a suspect connection (a call timed out, nothing
@@ -151,9 +98,6 @@ pub(crate) struct Node {
     name: Arc<str>,
     target: Target,
     connect_timeout: Duration,
-    /// The lock's node timeout: a reply later than this does not end the
-    /// node's suspicion (see `Liveness`).
-    node_timeout: Duration,
     /// The quarantine sent with every vote, in ms (see `scripts/epoch.lua`).
     quarantine_ms: u64,
     /// Declared durable: no quarantine, and its epoch survives restarts.
@@ -169,7 +113,9 @@ pub(crate) struct Node {
     slot: Mutex<Slot>,
     /// The wait after the next failed connect, in µs (0: none failed).
     connect_backoff_us: AtomicU64,
-    liveness: Mutex<Liveness>,
+    /// What the connection receives, and the task that awaits the replies
+    /// nobody else awaits ([`in_flight`]).
+    drain: Arc<Drain>,
     generations: AtomicU64,
     /// Which server each node of this lock service reaches (one vote per
     /// server), and this node's place among them.
@@ -253,12 +199,13 @@ pub(crate) enum AcquireReply {
 pub(crate) struct Cutoff(AtomicBool);
 
 impl Cutoff {
+    /// Sequentially consistent with [`Reached`]'s marks: see there.
     pub(crate) fn pass(&self) {
-        self.0.store(true, Ordering::Release);
+        self.0.store(true, Ordering::SeqCst);
     }
 
     fn passed(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -350,13 +297,12 @@ impl Node {
             },
             target,
             connect_timeout,
-            node_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
             settled: Mutex::new(Vec::new()),
             slot: Mutex::new(Slot::Idle),
             connect_backoff_us: AtomicU64::new(0),
-            liveness: Mutex::default(),
+            drain: Arc::new(Drain::new(Arc::new(Watch::new(node_timeout)))),
             generations: AtomicU64::new(0),
             servers,
             index,
@@ -491,45 +437,47 @@ impl Node {
         }
     }
 
-    /// Runs the release script: gives back this entry on every key, and
-    /// publishes a release notice for each key that became free if a
+    /// Runs the release script once: gives back this entry on every key,
+    /// and publishes a release notice for each key that became free if a
     /// waiter marked it or waits in its queue. `leave`: the entry's ticket
     /// gives up its places in the queues too (a guard's release; a
-    /// rollback's waiter still waits).
-    pub(crate) fn release(
+    /// rollback's waiter still waits). Callers use
+    /// [`release`](Self::release), which never drops it.
+    async fn release_once(
         self: &Arc<Self>,
-        entry: Entry,
+        entry: &Entry,
         leave: bool,
-    ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
-        let node = Arc::clone(self);
-        async move {
-            let reply = node
-                .batched(Batched::Release { entry, leave }, None)
-                .await?;
-            match reply {
-                Value::Int(0) => Ok(ReleaseReply::NotOurs),
-                Value::Int(1) => Ok(ReleaseReply::Freed),
-                Value::Int(2) => Ok(ReleaseReply::Kept),
-                other => Err(node.unexpected(other)),
-            }
+    ) -> Result<ReleaseReply, NodeError> {
+        let call = Batched::Release {
+            entry: entry.clone(),
+            leave,
+        };
+        match self.batched(call, None).await? {
+            Value::Int(0) => Ok(ReleaseReply::NotOurs),
+            Value::Int(1) => Ok(ReleaseReply::Freed),
+            Value::Int(2) => Ok(ReleaseReply::Kept),
+            other => Err(self.unexpected(other)),
         }
     }
 
     /// Gives up the places of `ticket` in the waiter queues of `keys` (an
     /// acquire call that stops waiting without the lock): the release
-    /// script with an entry that holds nothing.
+    /// script with an entry that holds nothing, never dropped; `lives`:
+    /// how long a place outlives its waiter's last attempt.
     pub(crate) fn leave_queues(
         self: &Arc<Self>,
         keys: Arc<KeySet>,
         ticket: Ticket,
-    ) -> impl Future<Output = Result<ReleaseReply, NodeError>> + Send + 'static {
+        lives: Duration,
+    ) -> Undo<Result<ReleaseReply, NodeError>> {
         let entry = Entry {
             keys,
             token: Arc::from(""),
             id: Arc::from(""),
             ticket: Some(ticket),
+            reached: Arc::new(Reached::new(0)),
         };
-        self.release(entry, true)
+        self.release(entry, true, lives)
     }
 
     /// Runs the handoff script: gives back `from` (one name) and takes the
@@ -548,8 +496,13 @@ impl Node {
             // waiter's rollback (sent on that connection too) and take the
             // name for a waiter that gave up. A plain release of our own entry
             // is sent instead: a release cannot be overtaken by anything.
+            let how = How {
+                resend: Resend::Never,
+                reached: &|| to.reached.mark(node.index),
+                ..How::plain()
+            };
             let (young, reply) = match node
-                .vote(&scripts::HANDOFF, Resend::Never, None, |cmd| {
+                .vote(&scripts::HANDOFF, how, |cmd| {
                     with_fences_and_queues(cmd, &from.keys);
                     cmd.arg(&*from.token)
                         .arg(&*from.id)
@@ -562,10 +515,13 @@ impl Node {
                 .await
             {
                 Ok(reply) => reply,
+                // Not sent, or not known to have run: our own entry is given
+                // back by a plain release, which goes out whatever happened
+                // (a second release of an entry already gone changes
+                // nothing).
                 Err(e) => {
-                    if e.kind() == NodeErrorKind::Unreachable {
-                        let _ = node.release(from, true).await;
-                    }
+                    let lives = Duration::from_millis(ttl_ms);
+                    let _ = node.release(from, true, lives).await;
                     return Err(e);
                 }
             };
@@ -607,10 +563,14 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .voting(&scripts::EXTEND, None, |cmd| {
-                    with_keys(cmd, &entry.keys);
-                    cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
-                })
+                .voting(
+                    &scripts::EXTEND,
+                    &|| entry.reached.mark(node.index),
+                    |cmd| {
+                        with_keys(cmd, &entry.keys);
+                        cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
+                    },
+                )
                 .await?;
             node.owner_check(reply)
         }
@@ -629,7 +589,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .voting(&scripts::FENCE, None, |cmd| {
+                .voting(&scripts::FENCE, &|| entry.reached.mark(node.index), |cmd| {
                     with_fences(cmd, &entry.keys);
                     cmd.arg(&*entry.token)
                         .arg(token)
@@ -653,7 +613,7 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             let reply = node
-                .voting(&scripts::READ_FENCES, None, |cmd| {
+                .voting(&scripts::READ_FENCES, NOTHING, |cmd| {
                     cmd.arg(keys.len()).arg(keys.fences());
                 })
                 .await?;
@@ -684,8 +644,14 @@ impl Node {
         let node = Arc::clone(self);
         async move {
             bump(&node.counters.renew_calls);
+            // A renewal re-takes a key a node lost: a write of each entry.
+            let reached = || {
+                for item in items.iter() {
+                    item.entry.reached.mark(node.index);
+                }
+            };
             let reply = node
-                .voting(&scripts::RENEW, None, |cmd: &mut Cmd| {
+                .voting(&scripts::RENEW, &reached, |cmd: &mut Cmd| {
                     let keys: usize = items.iter().map(|i| i.entry.keys.len()).sum();
                     cmd.arg(keys);
                     for item in items.iter() {
@@ -769,16 +735,20 @@ impl Node {
     /// A vote script's reply, sent with the node's quarantine: the reply of
     /// a node that votes, or [`NodeErrorKind::Quarantined`] for a young
     /// node (which did the script's writes all the same).
+    ///
+    /// `reached` marks the entries whose write the call carries, right
+    /// before it goes out ([`Reached`]).
     async fn voting(
         self: &Arc<Self>,
         script: &Script,
-        cutoff: Option<&Cutoff>,
+        reached: &(dyn Fn() + Sync),
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
-        match self
-            .vote(script, Resend::AfterReconnect, cutoff, args)
-            .await?
-        {
+        let how = How {
+            reached,
+            ..How::plain()
+        };
+        match self.vote(script, how, args).await? {
             (Some(left), _) => Err(self.quarantined(left)),
             (None, reply) => Ok(reply),
         }
@@ -789,13 +759,12 @@ impl Node {
     async fn vote(
         self: &Arc<Self>,
         script: &Script,
-        resend: Resend,
-        cutoff: Option<&Cutoff>,
+        how: How<'_>,
         args: impl Fn(&mut Cmd),
     ) -> Result<(Option<Duration>, Value), NodeError> {
         self.may_vote().await?;
         let reply = self
-            .eval_with(script, resend, cutoff, |cmd| {
+            .eval_with(script, how, |cmd| {
                 args(cmd);
                 self.voter_args(cmd);
             })
@@ -914,20 +883,17 @@ impl Node {
         script: &Script,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
-        self.eval_with(script, Resend::AfterReconnect, None, args)
-            .await
+        self.eval_with(script, How::plain(), args).await
     }
 
-    /// [`eval`](Self::eval), choosing whether a call that met a dead
-    /// connection is sent again on a new one.
+    /// [`eval`](Self::eval), sent as `how` says.
     async fn eval_with(
         self: &Arc<Self>,
         script: &Script,
-        resend: Resend,
-        cutoff: Option<&Cutoff>,
+        how: How<'_>,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
-        self.counted(self.eval_uncounted(script, resend, cutoff, args), cutoff)
+        self.counted(self.eval_uncounted(script, how, args), how.cutoff)
             .await
     }
 
@@ -936,8 +902,7 @@ impl Node {
     async fn eval_uncounted(
         self: &Arc<Self>,
         script: &Script,
-        resend: Resend,
-        cutoff: Option<&Cutoff>,
+        how: How<'_>,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
         let build = |script_ref: &str, verb: &str| {
@@ -947,8 +912,8 @@ impl Node {
             cmd
         };
         let build = &build;
-        self.reconnecting(resend, |mut conn, generation| async move {
-            self.send_script(&mut conn, generation, script, cutoff, build)
+        self.reconnecting(how.resend, |conn, generation| async move {
+            self.send_script(&conn, generation, script, how, build)
                 .await
         })
         .await
@@ -958,17 +923,17 @@ impl Node {
     /// `build(script reference, verb)` makes the command.
     async fn send_script(
         self: &Arc<Self>,
-        conn: &mut MultiplexedConnection,
+        conn: &MultiplexedConnection,
         generation: u64,
         script: &Script,
-        cutoff: Option<&Cutoff>,
+        how: How<'_>,
         build: impl Fn(&str, &str) -> Cmd,
     ) -> Result<Value, RedisError> {
         let sent = build(script.sha(self.flagged), "EVALSHA");
-        match self.send(conn, generation, &sent, cutoff).await {
+        match self.send(conn, generation, sent, how).await {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 let sent = build(script.body(self.flagged), "EVAL");
-                self.send(conn, generation, &sent, cutoff).await
+                self.send(conn, generation, sent, how).await
             }
             result => result,
         }
@@ -1020,8 +985,8 @@ impl Node {
     async fn query(self: &Arc<Self>, build: impl Fn() -> Cmd) -> Result<Value, NodeError> {
         let build = &build;
         self.counted(
-            self.reconnecting(Resend::AfterReconnect, |mut conn, generation| async move {
-                self.send(&mut conn, generation, &build(), None).await
+            self.reconnecting(Resend::AfterReconnect, |conn, generation| async move {
+                self.send(&conn, generation, build(), How::plain()).await
             }),
             None,
         )
@@ -1079,32 +1044,37 @@ impl Node {
         }
     }
 
+    /// Sends `cmd` on connection `generation` as `how` says, and awaits its
+    /// reply (which is recorded also if this future is dropped first, see
+    /// [`in_flight`]).
     async fn send(
         self: &Arc<Self>,
-        conn: &mut MultiplexedConnection,
+        conn: &MultiplexedConnection,
         generation: u64,
-        cmd: &Cmd,
-        cutoff: Option<&Cutoff>,
+        cmd: Cmd,
+        how: How<'_>,
     ) -> Result<Value, RedisError> {
-        if cutoff.is_some_and(Cutoff::passed) {
-            return Err(not_sent_error());
-        }
         // A connection that answers nothing gets nothing more (see
         // `Liveness`): its queue would only grow. Not replaced either: a
         // server that is only slow or paused would run the old queue when it
         // wakes, and a release sent on a new connection could run before the
-        // acquire it undoes, still queued on the old one.
-        if let Some(silent_for) = self.stalled(conn, generation, 0) {
+        // acquire it undoes, still queued on the old one. An undo goes out
+        // all the same: it waits there, behind what it undoes.
+        if !how.undo
+            && let Some(silent_for) = self.stalled(conn, generation, 0)
+        {
             return Err(silent_error(silent_for));
         }
-        self.liveness().sent(generation);
-        let sent = tokio::time::Instant::now();
-        let result = conn.send_packed_command(cmd).await;
-        if result.as_ref().is_ok_and(|_| true) || result.as_ref().is_err_and(|e| e.code().is_some())
-        {
-            let in_time = sent.elapsed() <= self.node_timeout;
-            self.liveness().answered(generation, in_time);
+        // Marked before the cutoff is read: a call that goes out is always
+        // marked when its rollback looks (see `Reached`).
+        (how.reached)();
+        if how.cutoff.is_some_and(Cutoff::passed) {
+            return Err(not_sent_error());
         }
+        self.liveness().sent(generation);
+        let mut conn = conn.clone();
+        let call = async move { conn.send_packed_command(&cmd).await }.boxed();
+        let result = InFlight::new(&self.drain, generation, call).await;
         match result {
             Ok(Value::ServerError(e)) => {
                 // A demoted master (a failover), or one that lost its
@@ -1129,7 +1099,7 @@ impl Node {
     }
 
     fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
-        self.liveness.lock().unwrap_or_else(PoisonError::into_inner)
+        self.drain.watch().liveness()
     }
 
     /// How long connection `generation` has gone without any reply, if
@@ -1168,14 +1138,12 @@ impl Node {
         runtime.spawn(async move {
             let ping = redis::cmd("PING");
             let sent = tokio::time::Instant::now();
-            let answered =
+            let reply =
                 tokio::time::timeout(node.connect_timeout, ping.query_async::<Value>(&mut conn))
-                    .await
-                    .is_ok_and(|r| r.is_ok() || r.is_err_and(|e| e.code().is_some()));
-            let mut liveness = node.liveness();
-            liveness.probing = false;
-            if answered {
-                liveness.answered(generation, sent.elapsed() <= node.node_timeout);
+                    .await;
+            node.liveness().probing = false;
+            if let Ok(reply) = reply {
+                node.drain.watch().record(generation, sent, &reply);
             }
         });
     }
@@ -1334,6 +1302,35 @@ fn silent_error(silent_for: Duration) -> RedisError {
 enum Resend {
     AfterReconnect,
     Never,
+}
+
+/// A `reached` that marks nothing: the call writes no entry.
+const NOTHING: &(dyn Fn() + Sync) = &|| {};
+
+/// How a command goes out ([`Node::send`]).
+#[derive(Clone, Copy)]
+struct How<'a> {
+    resend: Resend,
+    /// Not sent once its round's cutoff has passed.
+    cutoff: Option<&'a Cutoff>,
+    /// An undo (a release, a rollback): sent however long the connection
+    /// has been silent, behind what it undoes ([`undo`]).
+    undo: bool,
+    /// Marks the entries whose write the command carries, right before it
+    /// goes out ([`Reached`]).
+    reached: &'a (dyn Fn() + Sync),
+}
+
+impl How<'static> {
+    /// Resent after a reconnect, no cutoff, not an undo, no entry written.
+    fn plain() -> How<'static> {
+        How {
+            resend: Resend::AfterReconnect,
+            cutoff: None,
+            undo: false,
+            reached: NOTHING,
+        }
+    }
 }
 
 /// `numkeys` and the lock keys of a script that touches only those.

@@ -4,18 +4,24 @@
 //!
 //! Two rules hold for all three:
 //!
-//! * **They reach every node that may carry the entry**, also one slower
-//!   than the node timeout: what is not answered in time is finished in
-//!   the background (bounded), never dropped, because a dropped call that
-//!   was not yet written would be skipped. The bound still holds: a call
-//!   that waited past it for its node's turn (group commit, see
-//!   [`crate::node`]), or that meets a node silent past the connect
-//!   timeout, is not sent, and the key expires by its TTL.
+//! * **They reach every node that may carry the entry** (every node a
+//!   write of it was handed to, [`crate::keys::Reached`]), also one slower
+//!   than the node timeout or silent: a caller waits up to the node timeout
+//!   (not at all for a suspect node), and what is not answered by then
+//!   goes on by itself ([`crate::node::Undo`]): it is never dropped, never
+//!   skipped, and waits on a silent node's connection until the node
+//!   answers. One that finds no connection (the node is down) is sent again
+//!   until it gets through or its key must have expired (the key's TTL
+//!   after that first failure): the TTL is the only bound, and the report
+//!   names the node and says so.
 //! * **They never overtake the write they undo**: each is queued on the
 //!   node's one ordered connection after the request it undoes (see
-//!   [`crate::node`]), so a rollback cannot run before a late acquire.
+//!   [`crate::node`]), so a rollback cannot run before a late acquire; one
+//!   sent again goes out on a new connection only once the old one is gone,
+//!   and a write cannot land after that.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -64,23 +70,29 @@ pub struct ReleaseReport {
 }
 
 /// Releases a failed attempt's entry on every node it may have written
-/// to: all but those that refused it (held by another, or waiters queued
-/// ahead: the script writes no lock key then). Nodes that answered are responsive: wait for their
-/// release (one round trip) so the next attempt finds them clean. Nodes
-/// that did not answer may still run our acquire later; their release is
-/// queued behind it and a background task sees it through. A key some
-/// waiter marked meanwhile is announced as it goes (`scripts/release.lua`).
+/// to: every node its acquire was handed to, but those that refused it
+/// (held by another, or waiters queued ahead: the script writes no lock
+/// key then). Nodes that answered are responsive: wait for their release
+/// (one round trip) so the next attempt finds them clean. Nodes that did
+/// not answer may still run our acquire later; their release is queued
+/// behind it and goes on by itself, for `ttl` (the acquire's TTL) at most
+/// when it finds no connection. A key some waiter marked meanwhile is
+/// announced as it goes (`scripts/release.lua`).
 pub(crate) async fn rollback(
     core: &Core,
     entry: &Entry,
     replies: &[Option<Result<AcquireReply, NodeError>>],
+    ttl: Duration,
 ) {
     // (node, whether it answered the acquire) for every node that may
-    // carry our entry: all but those that refused (nothing written).
+    // carry our entry. Read after the round's cutoff passed (or its calls
+    // were dropped): no call marks a node later (see `Reached`).
     let targets: Vec<(usize, bool)> = replies
         .iter()
         .enumerate()
-        .filter(|(_, r)| !matches!(r, Some(Ok(reply)) if reply.refused().is_some()))
+        .filter(|(i, r)| {
+            entry.reached.has(*i) && !matches!(r, Some(Ok(reply)) if reply.refused().is_some())
+        })
         .map(|(i, r)| (i, r.is_some()))
         .collect();
     let mut awaited = targets.iter().filter(|(_, answered)| *answered).count();
@@ -89,13 +101,14 @@ pub(crate) async fn rollback(
     } else {
         Instant::now() + core.config.node_timeout
     };
-    let (_, unfinished) = fan_out(
+    // Unfinished calls are dropped: each goes on by itself (`Undo`).
+    let _ = fan_out(
         targets.len(),
         deadline,
-        |j| core.nodes[targets[j].0].release(entry.clone(), false),
+        |j| core.nodes[targets[j].0].release(entry.clone(), false, ttl),
         |j, reply| {
             if let Err(error) = reply {
-                tracing::debug!(%error, "rollback failed on a node; its key expires by its TTL");
+                tracing::debug!(%error, "rollback failed on a node");
             }
             if targets[j].1 {
                 awaited -= 1;
@@ -104,13 +117,20 @@ pub(crate) async fn rollback(
         },
     )
     .await;
-    unfinished.finish_in_background(core.background_bound(), "rollback");
 }
 
-/// Sends the release script for `entry` to every node and waits for each
-/// answer up to the node timeout; hands the name over to a waiter of this
-/// lock service when one sleeps on it.
-pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseReport {
+/// Sends the release script for `entry` to every node that may carry it
+/// (every node a write of it reached) and to every healthy node, and
+/// waits for each answer up to the node timeout (not for a suspect node);
+/// hands the name over to a waiter of this lock service when one sleeps on
+/// it. `ttl`: the TTL the keys were last given, which bounds how long a
+/// release that finds no connection is sent again.
+pub(crate) async fn release(
+    core: &Core,
+    wake: &Wake,
+    entry: &Entry,
+    ttl: Duration,
+) -> ReleaseReport {
     let readiness: Vec<Readiness> = core.nodes.iter().map(|n| n.readiness()).collect();
     // Only over connections that are up: a handoff call still waiting for
     // its connection could be sent after the waiter's rollback and take the
@@ -127,38 +147,54 @@ pub(crate) async fn release(core: &Core, wake: &Wake, entry: &Entry) -> ReleaseR
             .send(HandoffEvent::Started(Stamp::now()))
             .is_ok()
         {
-            return release_handing_over(core, entry, next).await;
+            return release_handing_over(core, entry, next, ttl).await;
         }
     }
     bump(&core.counters.released);
+    // A node no write of ours ever reached carries nothing of ours: it is
+    // sent the release only while healthy (a call costs it nothing then),
+    // so a paused or dead node does not collect releases of guards that
+    // never reached it.
+    let targets: Vec<usize> = (0..core.nodes.len())
+        .filter(|&i| entry.reached.has(i) || readiness[i] == Readiness::Healthy)
+        .collect();
     // A suspect node (its last call timed out, nothing answered since) is
-    // sent the release like every node but not waited for: a paused node
-    // then costs one node timeout in all, not one per release.
-    let mut tally = ReleaseTally::new(readiness.iter().map(|r| *r != Readiness::Suspect));
-    let (end, unfinished) = fan_out_announcing(
-        core.nodes.len(),
+    // sent the release but not waited for: a paused node then costs one
+    // node timeout in all, not one per release.
+    let mut tally = ReleaseTally::new(core.nodes.len(), |i| match readiness[i] {
+        _ if !targets.contains(&i) => Awaiting::Unreached,
+        Readiness::Suspect => Awaiting::No,
+        _ => Awaiting::Yes,
+    });
+    let (end, _unfinished) = fan_out_announcing(
+        targets.len(),
         tally.deadline(core),
-        |i| core.nodes[i].release(entry.clone(), true),
+        |j| core.nodes[targets[j]].release(entry.clone(), true, ttl),
         // Queued on every node: a waiter of this lock service may attempt
         // now, its requests run after the release.
         || wake.released(&entry.keys),
-        |i, reply| tally.record(i, reply),
+        |j, reply| tally.record(targets[j], reply),
     )
     .await;
-    // A release must reach every node, also one slower than the deadline.
-    unfinished.finish_in_background(core.background_bound(), "release");
+    // Calls still unanswered are dropped here: each goes on by itself
+    // (`Undo`), also past the deadline.
     tally.finish(core, end)
 }
 
 /// [`release`] that takes the name for the next waiter of this lock
 /// service in the same script call on each node, and forwards that
 /// waiter's part of each answer to it.
-async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> ReleaseReport {
+async fn release_handing_over(
+    core: &Core,
+    entry: &Entry,
+    next: Handoff,
+    ttl: Duration,
+) -> ReleaseReport {
     bump(&core.counters.released);
     bump(&core.counters.handoffs);
     let n = core.nodes.len();
     let ttl_ms = core.ttl_ms();
-    let mut tally = ReleaseTally::new((0..n).map(|_| true));
+    let mut tally = ReleaseTally::new(n, |_| Awaiting::Yes);
     let mut waiter_gone = false;
     let events = &next.events;
     let (end, unfinished) = fan_out(
@@ -183,15 +219,13 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
     if waiter_gone {
         // The waiter stopped waiting before it could decide (its future
         // was dropped): nobody owns what was taken for it. Give it back,
-        // queued behind the handoff on every node.
-        let (_, unfinished) = fan_out(
-            n,
-            Instant::now(),
-            |i| core.nodes[i].release(next.entry.clone(), true),
-            |_, _| false,
-        )
-        .await;
-        unfinished.finish_in_background(core.background_bound(), "handoff rollback");
+        // queued behind the handoff on every node it reached; each call
+        // goes on by itself.
+        for (i, node) in core.nodes.iter().enumerate() {
+            if next.entry.reached.has(i) {
+                drop(node.release(next.entry.clone(), true, ttl));
+            }
+        }
     }
     report
 }
@@ -202,14 +236,15 @@ async fn release_handing_over(core: &Core, entry: &Entry, next: Handoff) -> Rele
 /// Waits for the nodes that answer within the node timeout (a caller that
 /// gave up may retry at once); the rest finish in the background.
 pub(crate) async fn leave_queues(core: &Core, keys: &Arc<KeySet>, ticket: &Ticket) {
-    let (_, unfinished) = fan_out(
+    let lives = Duration::from_millis(core.queue_lease_ms());
+    // Unfinished calls go on by themselves (`Undo`).
+    let _ = fan_out(
         core.nodes.len(),
         Instant::now() + core.config.node_timeout,
-        |i| core.nodes[i].leave_queues(Arc::clone(keys), ticket.clone()),
+        |i| core.nodes[i].leave_queues(Arc::clone(keys), ticket.clone(), lives),
         |_, _| false,
     )
     .await;
-    unfinished.finish_in_background(core.background_bound(), "leave queues");
 }
 
 /// [`leave_queues`] in a task of its own: for an acquire call dropped
@@ -270,15 +305,16 @@ enum Awaiting {
     Yes,
     /// A suspect node: sent the release, not waited for.
     No,
+    /// Not sent: no write of the entry ever reached it, and it is not
+    /// healthy (it carries nothing of ours).
+    Unreached,
     Answered,
 }
 
 impl ReleaseTally {
-    /// A round over one node per item, waiting for those that are `true`.
-    fn new(awaited: impl Iterator<Item = bool>) -> ReleaseTally {
-        let nodes: Vec<Awaiting> = awaited
-            .map(|a| if a { Awaiting::Yes } else { Awaiting::No })
-            .collect();
+    /// A round over `n` nodes, node `i` standing as `awaiting(i)`.
+    fn new(n: usize, awaiting: impl Fn(usize) -> Awaiting) -> ReleaseTally {
+        let nodes: Vec<Awaiting> = (0..n).map(awaiting).collect();
         ReleaseTally {
             report: ReleaseReport {
                 released: 0,
@@ -321,7 +357,8 @@ impl ReleaseTally {
 
     /// The report: awaited nodes that did not answer by the deadline count
     /// as timed out; suspect ones that had not answered, as not waited for
-    /// (their release goes on in the background).
+    /// (their release goes on in the background); nodes never reached, as
+    /// not held.
     fn finish(mut self, core: &Core, end: End) -> ReleaseReport {
         for (node, awaiting) in core.nodes.iter().zip(&self.nodes) {
             match awaiting {
@@ -329,6 +366,7 @@ impl ReleaseTally {
                     self.report.failed.push(core.timeout_error(node));
                 }
                 Awaiting::No => self.report.failed.push(core.not_waited_for(node)),
+                Awaiting::Unreached => self.report.not_held += 1,
                 _ => {}
             }
         }

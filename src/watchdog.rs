@@ -679,7 +679,7 @@ mod tests {
         Arc::new(Lease::new(
             Arc::clone(core),
             Grant {
-                entry: Entry::new(keys, Arc::from("t")),
+                entry: Entry::new(keys, Arc::from("t"), 3),
                 start,
                 holds: vec![Hold::Held; 3],
                 watched: true,

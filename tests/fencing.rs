@@ -559,6 +559,18 @@ async fn a_raise_re_takes_absent_keys_and_leaves_other_owners_alone() {
             .expect("a token from re-taken keys")
     };
     let owner = common::value_on(&nodes[2], "ledger").expect("held on n2");
+    // The token needs a majority: the raise to the third node may still be
+    // on its way when it is handed out (it is sent, and lands).
+    common::wait_for(
+        "the raise to re-take the key on every node",
+        Duration::from_secs(5),
+        || {
+            nodes
+                .iter()
+                .all(|n| common::fence_on(n, "ledger") == Some(token))
+        },
+    )
+    .await;
     for node in nodes {
         assert_eq!(common::value_on(node, "ledger").as_deref(), Some(&*owner));
         assert_eq!(common::fence_on(node, "ledger"), Some(token));

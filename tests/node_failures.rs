@@ -249,9 +249,19 @@ async fn a_paused_node_costs_releases_one_node_timeout_in_all() {
             .expect("4 of 5")
             .release()
             .await;
+        // The paused node is sent the release (not waited for) if the
+        // acquire was sent to it, else skipped: nothing of this guard
+        // reached it (a `not_held`).
         let answered = report.released + report.not_held;
-        assert_eq!((answered, report.failed.len()), (4, 1), "{report:?}");
-        assert_eq!(report.failed[0].kind(), NodeErrorKind::Timeout);
+        assert_eq!(answered + report.failed.len(), 5, "{report:?}");
+        assert!(report.failed.len() <= 1, "{report:?}");
+        assert!(
+            report
+                .failed
+                .iter()
+                .all(|e| e.kind() == NodeErrorKind::Timeout),
+            "{report:?}"
+        );
     }
     assert_eq!(timeouts(), 1, "no release waited for the paused node again");
 

@@ -8,9 +8,10 @@
 //! -18 % client CPU per operation); it cannot share the scripts' own work.
 //!
 //! The order is kept: only the turn's holder sends, so a rollback, queued
-//! after its acquire, is sent after it; a queued call whose round's cutoff
-//! passed, or whose caller stopped waiting, is skipped, as redis-rs skips
-//! an unwritten command. Other scripts (renew, extend, fencing, handoff)
+//! after its acquire, is sent after it; a queued acquire whose round's
+//! cutoff passed, or whose caller stopped waiting, is skipped. A queued
+//! release never is (it undoes a write, see [`super::undo`]), and it queues
+//! behind the turn also while the node is silent. Other scripts (renew, extend, fencing, handoff)
 //! go out directly, and none of them can be undone by a queued call sent
 //! after it: a renewal or a raise re-takes a key that lacks its entry,
 //! which a late acquire of the same entry then finds as its own; a
@@ -23,7 +24,7 @@ use std::sync::atomic::Ordering;
 use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
-use super::{Cutoff, Node, Resend, fences_and_queues, not_sent_error, queue_id, queues};
+use super::{Cutoff, How, NOTHING, Node, fences_and_queues, not_sent_error, queue_id, queues};
 use crate::batch::Offer;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Entry;
@@ -46,6 +47,19 @@ pub(super) enum Batched {
 impl Batched {
     fn votes(&self) -> bool {
         matches!(self, Batched::Acquire { .. })
+    }
+
+    /// Whether it undoes a write: never skipped, sent however silent the
+    /// node (see [`super::undo`]).
+    fn undoes(&self) -> bool {
+        matches!(self, Batched::Release { .. })
+    }
+
+    /// Marks node `index` reached by its entry if it writes one.
+    fn mark(&self, index: usize) {
+        if let Batched::Acquire { entry, .. } = self {
+            entry.reached.mark(index);
+        }
     }
 
     /// Its script, when it goes alone.
@@ -139,9 +153,10 @@ pub(super) struct Pending {
 }
 
 impl Pending {
-    /// Whether its caller still waits for it.
+    /// Whether it is still to be sent: an undo always, anything else while
+    /// its caller waits for it.
     fn awaited(&self) -> bool {
-        !self.reply.is_closed()
+        self.call.undoes() || !self.reply.is_closed()
     }
 }
 
@@ -170,8 +185,9 @@ impl Node {
     /// ([`crate::batch`]): at once and alone when nothing else is being
     /// sent to the node, else in the next batch, one script call for
     /// every call queued meanwhile. The reply is the call's own, a vote
-    /// unwrapped as [`voting`](Self::voting) does. Not sent at all once
-    /// `cutoff` has passed, nor once its caller stopped waiting.
+    /// unwrapped as [`voting`](Self::voting) does. An acquire is not sent
+    /// at all once `cutoff` has passed, nor once its caller stopped
+    /// waiting; a release always is.
     pub(super) async fn batched(
         self: &Arc<Self>,
         call: Batched,
@@ -189,8 +205,14 @@ impl Node {
         };
         // A node that answers nothing gets nothing more (`Node::send`):
         // its call fails now, as it would have when sent, rather than queue
-        // behind the unanswered call that holds the turn.
-        let offer = match self.silent() {
+        // behind the unanswered call that holds the turn. An undo queues
+        // all the same.
+        let silent = if pending.call.undoes() {
+            None
+        } else {
+            self.silent()
+        };
+        let offer = match silent {
             Some(error) => Err(error),
             None => Ok(self.batcher.offer(pending, Pending::awaited)),
         };
@@ -227,7 +249,13 @@ impl Node {
         call: &Batched,
         cutoff: Option<&Cutoff>,
     ) -> Result<Value, NodeError> {
-        self.eval_uncounted(call.script(), Resend::AfterReconnect, cutoff, |cmd| {
+        let how = How {
+            cutoff,
+            undo: call.undoes(),
+            reached: &|| call.mark(self.index),
+            ..How::plain()
+        };
+        self.eval_uncounted(call.script(), how, |cmd| {
             cmd.arg(call.key_count());
             call.keys(cmd);
             call.args(cmd);
@@ -238,16 +266,19 @@ impl Node {
         .await
     }
 
-    /// Sends the calls of a batch, each unless its caller stopped waiting
-    /// or its round's cutoff passed, and hands each its reply. Returns once
-    /// every reply is handed over, or once nobody waits for any.
+    /// Sends the calls of a batch, each acquire unless its caller stopped
+    /// waiting or its round's cutoff passed, and hands each its reply.
+    /// Returns once every reply is handed over, or once nobody waits for
+    /// any (what was sent then still runs, and its reply is recorded).
     async fn send_batch(self: &Arc<Self>, batch: Vec<Pending>) {
         let mut calls = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         for pending in batch {
-            if pending.reply.is_closed() {
+            if !pending.awaited() {
                 continue;
             }
+            // Marked before the cutoff is read (see `Reached`).
+            pending.call.mark(self.index);
             if pending.cutoff.as_deref().is_some_and(Cutoff::passed) {
                 let _ = pending.reply.send(Err(self.error(&not_sent_error())));
                 continue;
@@ -259,6 +290,11 @@ impl Node {
             return;
         }
         let calls = &calls;
+        let how = How {
+            undo: calls.iter().any(Batched::undoes),
+            reached: NOTHING,
+            ..How::plain()
+        };
         let send = async move {
             if let [call] = &calls[..] {
                 return self.send_one(call, None).await.map(|reply| vec![Ok(reply)]);
@@ -268,7 +304,7 @@ impl Node {
                 .batched
                 .fetch_add(calls.len() as u64, Ordering::Relaxed);
             let reply = self
-                .eval_uncounted(&scripts::BATCH, Resend::AfterReconnect, None, |cmd| {
+                .eval_uncounted(&scripts::BATCH, how, |cmd| {
                     batch_args(cmd, calls);
                     self.voter_args(cmd);
                 })
@@ -341,7 +377,7 @@ mod tests {
     #[test]
     fn a_batch_header_counts_what_each_call_writes() {
         let keys = KeySet::new(&["a", "b"]).expect("valid names");
-        let mut entry = Entry::new(keys, Arc::from("token"));
+        let mut entry = Entry::new(keys, Arc::from("token"), 1);
         entry.ticket = Some(Ticket {
             id: Arc::from("service.call"),
             score: 1,

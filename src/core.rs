@@ -23,6 +23,9 @@ pub(crate) struct Core {
     pub(crate) config: LockConfig,
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) counters: Counters,
+    /// Set once every node's first connect has ended (see
+    /// [`Core::first_connects`]).
+    connected: tokio::sync::OnceCell<()>,
 }
 
 impl Core {
@@ -53,7 +56,23 @@ impl Core {
             config,
             nodes,
             counters: Counters::default(),
+            connected: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Waits, once in the life of the lock service, until every node's
+    /// first connect has ended, made or failed (each within the connect
+    /// timeout; a refused one at once). A connect loads every script and
+    /// dates the node's epoch: on a busy machine it can take longer than a
+    /// round's node timeout, and a first round that paid for it would fail
+    /// on nodes that are perfectly fine. Later calls return at once; a
+    /// reconnect later is paid by the round that needs it, as before.
+    pub(crate) async fn first_connects(&self) {
+        self.connected
+            .get_or_init(|| async {
+                futures::future::join_all(self.nodes.iter().map(|n| n.ensure_connected())).await;
+            })
+            .await;
     }
 
     /// A snapshot of the lock's and each node's counters.

@@ -367,6 +367,13 @@ impl MultiLock {
     /// node the attempt may have written to, queued behind the attempt's own
     /// request on that node's connection.
     ///
+    /// The first acquire of a new `MultiLock` (of any form) first waits
+    /// until every node's first connect has ended, made or failed, each
+    /// within the [connect timeout](crate::LockConfigBuilder::connect_timeout):
+    /// a connect loads the scripts and dates the node's epoch, which a busy
+    /// machine may not fit in one node timeout. Call
+    /// [`warm_up`](Self::warm_up) at start-up to pay it there.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -627,6 +634,7 @@ impl MultiLock {
         );
         let began = Instant::now();
         let mut waited = Duration::ZERO;
+        self.services.core.first_connects().await;
         let outcome = self
             .attempts(&request, wait, &mut waited)
             .instrument(span.clone())

@@ -57,8 +57,11 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// No operation may take longer (a hang is a failure, not a slow test).
 const BOUND: Duration = Duration::from_secs(5);
 
-fn lock_over(urls: Vec<String>, wake_ups: bool) -> MultiLock {
-    MultiLock::new(
+/// A lock over `urls`, its connections made (or given up) first: a timed
+/// round must not include a connect, which a busy machine can stretch past
+/// the short node timeout these tests use.
+async fn lock_over(urls: Vec<String>, wake_ups: bool) -> MultiLock {
+    let lock = MultiLock::new(
         LockConfig::builder()
             .nodes(urls)
             .ttl(Duration::from_secs(2))
@@ -66,7 +69,9 @@ fn lock_over(urls: Vec<String>, wake_ups: bool) -> MultiLock {
             .wake_ups(wake_ups)
             .build()
             .expect("valid"),
-    )
+    );
+    let _ = lock.warm_up().await;
+    lock
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +81,7 @@ async fn one_hostile_node_of_three_the_lock_works_on_the_others() {
         let hostile = HostileServer::start(misbehaviour.clone()).expect("hostile");
         let mut urls = testbed.urls();
         urls.push(hostile.url());
-        let lock = lock_over(urls, true);
+        let lock = lock_over(urls, true).await;
         let began = Instant::now();
         let mut slowest = Duration::ZERO;
         for i in 0..50 {
@@ -128,7 +133,7 @@ async fn three_hostile_nodes_of_five_give_a_typed_error() {
             .collect();
         let mut urls = testbed.urls();
         urls.extend(hostile.iter().map(HostileServer::url));
-        let lock = lock_over(urls, true);
+        let lock = lock_over(urls, true).await;
         for _ in 0..10 {
             let start = Instant::now();
             let error = tokio::time::timeout(BOUND, lock.try_acquire("contended"))
@@ -172,8 +177,8 @@ async fn a_failing_subscriber_backs_off_and_ends_with_its_lock_service() {
     .expect("hostile");
     let mut urls = testbed.urls();
     urls.push(hostile.url());
-    let a = lock_over(urls.clone(), true);
-    let b = lock_over(urls, true);
+    let a = lock_over(urls.clone(), true).await;
+    let b = lock_over(urls, true).await;
     let held = a.try_acquire("x").await.expect("2 of 3");
     let waited = b
         .acquire("x", Wait::up_to(Duration::from_millis(300)))
@@ -203,7 +208,7 @@ async fn a_node_that_closes_every_connection_is_not_hammered() {
     let hostile = HostileServer::start(Misbehaviour::CloseOnAccept).expect("hostile");
     let mut urls = testbed.urls();
     urls.push(hostile.url());
-    let lock = lock_over(urls, false);
+    let lock = lock_over(urls, false).await;
     let began = Instant::now();
     let mut cycles = 0;
     while began.elapsed() < Duration::from_secs(1) {
@@ -303,12 +308,12 @@ async fn five_thousand_cycles_per_misbehaviour_leave_nothing_growing() {
         let hostile = HostileServer::start(misbehaviour.clone()).expect("hostile");
         let mut urls = testbed.urls();
         urls.push(hostile.url());
-        let lock = lock_over(urls, true);
+        let lock = lock_over(urls, true).await;
         let cycle = |i: u64| {
             let lock = lock.clone();
             async move { acquire_and_release(&lock, &format!("cycle-{}", i % 64)).await }
         };
-        // Warm-up: connections made (or given up), allocator settled.
+        // Warm-up: allocator settled.
         for i in 0..500 {
             cycle(i).await;
         }
@@ -427,7 +432,7 @@ async fn a_node_that_answers_late_is_waited_for_once() {
     let hostile = HostileServer::start(Misbehaviour::Late(NODE_TIMEOUT * 2)).expect("hostile");
     let mut urls = testbed.urls();
     urls.push(hostile.url());
-    let lock = lock_over(urls, false);
+    let lock = lock_over(urls, false).await;
     const CYCLES: usize = 500;
     let began = Instant::now();
     for i in 0..CYCLES {

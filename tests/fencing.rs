@@ -580,6 +580,7 @@ async fn a_raise_re_takes_absent_keys_and_leaves_other_owners_alone() {
     guard.release().await;
 
     // n0 held by another owner, n1 absent: n1 is re-taken, n0 is not.
+    testbed.expect_left("ledger");
     let guard = lock.try_acquire("ledger").await.expect("free again");
     let mut conn = nodes[0].connection().expect("inspect node");
     let _: () = redis::pipe()

@@ -58,6 +58,7 @@ mod error;
 pub mod failover;
 pub mod fakeclock;
 pub mod hostile;
+mod leftovers;
 mod node;
 mod options;
 pub mod proxy;

@@ -1,21 +1,28 @@
 //! A group of independent local Redis masters.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::thread;
 
 use tempfile::TempDir;
 
+use crate::leftovers::{self, Declared};
 use crate::{NodeOptions, RedisNode, TestbedError, redis_server_binary};
 
 /// `n` independent `redis-server` masters on `127.0.0.1`, each in its own
 /// subdirectory of one temporary directory.
 ///
 /// Dropping the testbed kills and reaps every server (also while a test
-/// panics), then deletes the temporary directory.
+/// panics), then deletes the temporary directory. Before that, unless the
+/// test is panicking already, it checks the lock's invariant: no lock key
+/// and no waiter entry is left on any running, unpaused node, unless the
+/// test declared it ([`Testbed::expect_left`]); a leftover fails the test
+/// (see the `leftovers` module docs in the source for what counts).
 #[derive(Debug)]
 pub struct Testbed {
     nodes: Vec<RedisNode>,
     root: TempDir,
+    declared: Mutex<Declared>,
 }
 
 impl Testbed {
@@ -103,7 +110,30 @@ impl Testbed {
         // On error, `nodes` is dropped here (killing the started servers)
         // before `root` removes the directory.
         results.into_iter().collect::<Result<(), _>>()?;
-        Ok(Self { nodes, root })
+        Ok(Self {
+            nodes,
+            root,
+            declared: Mutex::default(),
+        })
+    }
+
+    /// Declares that the test leaves lock `name` (its key or its waiter
+    /// queue) on some node on purpose: a holder that crashed, a key planted
+    /// by hand, a node restarted from a file that still has it. The check
+    /// when the testbed is dropped does not count it.
+    pub fn expect_left(&self, name: impl Into<String>) {
+        self.declared().names.push(name.into());
+    }
+
+    /// Turns the leftover check off for this testbed: for programs that
+    /// are not tests (the demo, benches, the chaos suite's own nodes),
+    /// which judge what they leave themselves.
+    pub fn skip_leftover_check(&self) {
+        self.declared().off = true;
+    }
+
+    fn declared(&self) -> std::sync::MutexGuard<'_, Declared> {
+        self.declared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The number of nodes.
@@ -157,6 +187,18 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
+        if !thread::panicking() {
+            let declared = std::mem::take(&mut *self.declared());
+            // A failed check panics after the servers are killed (the
+            // panic unwinds through the node drops).
+            let nodes = &self.nodes;
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                leftovers::check(nodes, &declared)
+            })) {
+                self.nodes.clear();
+                std::panic::resume_unwind(panic);
+            }
+        }
         // Kill and reap every server before the TempDir field removes the
         // directory they write into.
         self.nodes.clear();

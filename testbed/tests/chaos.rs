@@ -118,6 +118,13 @@ fn control_clocks_beyond_the_drift_on_a_majority_is_caught() {
 }
 
 #[test]
+fn control_a_release_that_misses_a_node_is_caught() {
+    let (outcome, table) = caught(Control::LostRelease);
+    // Only the key left behind: the lock itself was never broken.
+    assert_eq!(outcome.report.count(ViolationKind::Overlap), 0, "{table}");
+}
+
+#[test]
 fn control_unfenced_client_pause_is_caught() {
     let (outcome, table) = caught(Control::ClientPause);
     // The lock windows stayed disjoint, and fencing refused the stale write.

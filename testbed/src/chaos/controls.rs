@@ -9,6 +9,7 @@
 //! | `immediate_restart` | a node restarts empty at once, and two quorums meet on it | overlap |
 //! | `fast_clocks` | a majority's clocks run 4× fast: keys expire long before the validity ends | overlap |
 //! | `client_pause` | a holder pauses past its validity between its lock check and its writes | unfenced lost update (the fenced write is refused) |
+//! | `lost_release` | a release that never reaches one node (the key is put back there as the release skipped it) | key left after release |
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -43,15 +44,19 @@ pub enum Control {
     /// A worker process stops itself between its lock check and its writes
     /// and is continued after its validity.
     ClientPause,
+    /// Three nodes; the holder's release misses one of them (the key is
+    /// put back there as it was), and the run's prober finds it.
+    LostRelease,
 }
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 4] = [
+    pub const ALL: [Control; 5] = [
         Control::SingleNodeFailover,
         Control::ImmediateRestart,
         Control::FastClocks,
         Control::ClientPause,
+        Control::LostRelease,
     ];
 
     /// Its name on the command line and in reports.
@@ -61,6 +66,7 @@ impl Control {
             Control::ImmediateRestart => "immediate_restart",
             Control::FastClocks => "fast_clocks",
             Control::ClientPause => "client_pause",
+            Control::LostRelease => "lost_release",
         }
     }
 
@@ -68,6 +74,7 @@ impl Control {
     pub fn expected_violation(self) -> ViolationKind {
         match self {
             Control::ClientPause => ViolationKind::UnfencedLostUpdate,
+            Control::LostRelease => ViolationKind::KeyLeftAfterRelease,
             _ => ViolationKind::Overlap,
         }
     }
@@ -127,6 +134,7 @@ pub fn run(control: Control, dir: &Path, worker_bin: &Path) -> Result<ControlOut
         Control::ImmediateRestart => runtime.block_on(immediate_restart(dir))?,
         Control::FastClocks => runtime.block_on(fast_clocks(dir))?,
         Control::ClientPause => client_pause(dir, worker_bin)?,
+        Control::LostRelease => runtime.block_on(lost_release(dir))?,
     };
     drop(runtime);
     let took = started.elapsed();
@@ -188,11 +196,17 @@ impl Client {
     async fn acquire(&mut self, key: &str, wait: Duration) -> Option<(LockGuard, String)> {
         self.holds += 1;
         let hold = format!("{}-{}", self.name, self.holds);
+        let owner = quorumlock::Owner::new();
         let _ = self.log.log(What::AcquireStart {
             key: key.into(),
             hold: hold.clone(),
+            owner: Some(owner.token().to_string()),
         });
-        match self.lock.acquire(key, quorumlock::Wait::up_to(wait)).await {
+        match self
+            .lock
+            .acquire_as(&owner, key, quorumlock::Wait::up_to(wait))
+            .await
+        {
             Ok(guard) => {
                 let nodes = held_indexes(&guard);
                 let deadline = to_monotonic(guard.deadline());
@@ -439,6 +453,68 @@ async fn immediate_restart(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosEr
     let _ = log.log(What::FaultEnd { fault: 1 });
     let won_b = b.acquire(key, Duration::from_secs(3)).await;
     Ok(wind_up(&a, &b, (guard_a, hold_a), won_b, &log, dir, chaos).await)
+}
+
+async fn lost_release(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::LostRelease;
+    let nodes = Testbed::start(3)?;
+    nodes.skip_leftover_check();
+    let (log, chaos) = injector(dir)?;
+    let ttl = Duration::from_secs(5);
+    let mut a = Client::new(dir, "A", nodes.urls(), ttl).await?;
+    let b = Client::new(dir, "B", nodes.urls(), ttl).await?;
+    let key = "order:4";
+    let (guard_a, hold_a) = a
+        .acquire(key, Duration::from_secs(1))
+        .await
+        .ok_or_else(|| schedule(c, "A did not get the lock"))?;
+    // What n2 has of A's hold, to put back as a release that missed n2
+    // would have left it.
+    let mut n2 = nodes.node(2).connection()?;
+    let kept: Option<Vec<u8>> = redis::cmd("DUMP")
+        .arg(key)
+        .query(&mut n2)
+        .map_err(crate::TestbedError::from)?;
+    let kept = kept.ok_or_else(|| schedule(c, "A's acquire did not reach n2"))?;
+    a.release(guard_a, &hold_a).await;
+    redis::cmd("RESTORE")
+        .arg(key)
+        .arg(ttl.as_millis() as u64)
+        .arg(kept)
+        .query::<()>(&mut n2)
+        .map_err(crate::TestbedError::from)?;
+    // The run's prober, past the bound in which a release may still be on
+    // its way.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for (i, node) in nodes.nodes().iter().enumerate() {
+        let mut conn = node.connection()?;
+        let (owner, pttl_ms): (Option<String>, i64) = redis::pipe()
+            .cmd("HGET")
+            .arg(key)
+            .arg("owner")
+            .cmd("PTTL")
+            .arg(key)
+            .query(&mut conn)
+            .map_err(crate::TestbedError::from)?;
+        if let Some(owner) = owner {
+            let _ = log.log(What::Probe {
+                node: i,
+                key: key.into(),
+                owner,
+                pttl_ms,
+            });
+        }
+    }
+    let _ = log.log(What::Final {
+        fenced: Vec::new(),
+        unfenced: Vec::new(),
+        keys_left: Vec::new(),
+    });
+    drop(b);
+    Ok((
+        vec![Client::path(dir, "A"), Client::path(dir, "B"), chaos],
+        Floors::none(),
+    ))
 }
 
 async fn fast_clocks(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {

@@ -62,6 +62,11 @@ pub enum What {
         key: String,
         /// The attempt's id (the hold id if it wins).
         hold: String,
+        /// The owner token the call acquires as (every attempt of it
+        /// writes this token), so that a key found on a node is traced to
+        /// its call. Absent in histories from before it was logged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
     },
     /// The acquire returned a guard. Stamped after it returned.
     Won {
@@ -170,6 +175,18 @@ pub enum What {
     FaultEnd {
         /// The id from its [`What::FaultStart`].
         fault: u32,
+    },
+    /// A lock key found on a node by the run's prober, which reads every
+    /// name on every node it can reach directly, a few times a second.
+    Probe {
+        /// The node (0-based, configuration order).
+        node: usize,
+        /// The lock name.
+        key: String,
+        /// The key's owner token.
+        owner: String,
+        /// The key's remaining TTL in ms (`PTTL`).
+        pttl_ms: i64,
     },
     /// What the run found on the nodes and the resource once it was quiet.
     Final {

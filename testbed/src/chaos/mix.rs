@@ -257,6 +257,7 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
         if options.progress {
             scope.spawn(|| progress(&ctx));
         }
+        scope.spawn(|| probe(&ctx, &names));
     });
     let _ = log.log(What::Note {
         text: "faults end".into(),
@@ -337,6 +338,47 @@ fn count_in(path: &Path, from: u64) -> (u64, u64) {
 }
 
 /// Prints a progress line every 5 s until the faults end.
+/// Reads every lock name on every node that no fault lane holds, a few
+/// times a second until the faults end, and logs each key found
+/// ([`What::Probe`]): the checker judges each against the release or
+/// rollback that should have removed it (`checker::released`).
+fn probe(ctx: &Ctx<'_>, names: &[String]) {
+    while Instant::now() < ctx.end {
+        for i in 0..ctx.cluster.slots.len() {
+            // A node a lane is faulting is not judged anyway.
+            let Some(slot) = ctx.cluster.try_slot(i) else {
+                continue;
+            };
+            let Ok(mut conn) = slot.backing.connection() else {
+                continue;
+            };
+            drop(slot);
+            let mut pipe = redis::pipe();
+            for name in names {
+                pipe.cmd("HGET")
+                    .arg(name)
+                    .arg("owner")
+                    .cmd("PTTL")
+                    .arg(name);
+            }
+            let Ok(found) = pipe.query::<Vec<redis::Value>>(&mut conn) else {
+                continue;
+            };
+            for (name, pair) in names.iter().zip(found.chunks(2)) {
+                if let [redis::Value::BulkString(owner), redis::Value::Int(pttl_ms)] = pair {
+                    let _ = ctx.log.log(What::Probe {
+                        node: i,
+                        key: name.clone(),
+                        owner: String::from_utf8_lossy(owner).into_owned(),
+                        pttl_ms: *pttl_ms,
+                    });
+                }
+            }
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn progress(ctx: &Ctx<'_>) {
     let start = Instant::now();
     let mut offsets: BTreeMap<PathBuf, u64> = BTreeMap::new();

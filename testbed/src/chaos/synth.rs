@@ -41,6 +41,7 @@ impl Builder {
             What::AcquireStart {
                 key: key.into(),
                 hold: hold.into(),
+                owner: Some(format!("owner-of-{hold}")),
             },
         )
     }
@@ -171,6 +172,20 @@ impl Builder {
 
     pub fn fault_end(&mut self, t: Nanos, fault: u32) -> &mut Self {
         self.push(t, "chaos", What::FaultEnd { fault })
+    }
+
+    /// The prober found `key` of `hold`'s call on node `node`.
+    pub fn probe(&mut self, t: Nanos, node: usize, key: &str, hold: &str) -> &mut Self {
+        self.push(
+            t,
+            "chaos",
+            What::Probe {
+                node,
+                key: key.into(),
+                owner: format!("owner-of-{hold}"),
+                pttl_ms: 500,
+            },
+        )
     }
 
     pub fn final_values(

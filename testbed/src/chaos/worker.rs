@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use quorumlock::fenced::{FencedResource, Read, Write};
 use quorumlock::{
-    HeldLock, Hold, LockConfig, LockGuard, MultiLock, Quorum, RetryPolicy, Stamp, Wait,
+    HeldLock, Hold, LockConfig, LockGuard, MultiLock, Owner, Quorum, RetryPolicy, Stamp, Wait,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -231,13 +231,17 @@ impl Task {
                 self.options.keys[i].clone()
             }
         };
+        // An owner per call, logged, so that a key the run's prober finds
+        // on a node is traced to the call that wrote it.
+        let owner = Owner::new();
         self.log(What::AcquireStart {
             key: key.clone(),
             hold: hold.clone(),
+            owner: Some(owner.token().to_string()),
         });
         let guard = match self
             .lock
-            .acquire(&key, Wait::up_to(self.options.ttl * 2))
+            .acquire_as(&owner, &key, Wait::up_to(self.options.ttl * 2))
             .await
         {
             Ok(guard) => guard,

@@ -27,7 +27,11 @@
 //!   not below the number of accepted writes (a shortfall the duplicate
 //!   reads already account for is not reported twice);
 //! * [`ViolationKind::KeysLeft`]: no lock key is left on a node once the
-//!   run is quiet.
+//!   run is quiet;
+//! * [`ViolationKind::KeyLeftAfterRelease`]: no lock key is found on a
+//!   node the run could reach well after the release or rollback that
+//!   should have removed it (judged at every probe, not only at the end:
+//!   see `released`).
 //!
 //! Also reported, but not lock guarantees (a client paused past its
 //! validity writes late; that is what fencing is for):
@@ -47,8 +51,9 @@
 //! The work is split by job, each module using only those before it:
 //! [`holds`](holds()) reads the holds, fault spans and final state out of
 //! the history; `coverage` counts what the run exercised against the
-//! [`Floors`]; `rules` finds the violations; `report` draws the verdict
-//! and prints the [`CheckReport`].
+//! [`Floors`]; `rules` finds the violations, and `released` the keys left
+//! after their release; `report` draws the verdict and prints the
+//! [`CheckReport`].
 //!
 //! [`What::Won`]: super::history::What::Won
 //! [`What::Renew`]: super::history::What::Renew
@@ -58,6 +63,7 @@
 
 mod coverage;
 mod holds;
+mod released;
 mod report;
 mod rules;
 #[cfg(test)]
@@ -102,6 +108,7 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     }
     rules::check_writes(events, &holds, last_final.as_ref(), &mut stats, &mut found);
     rules::check_keys_left(last_final.as_ref(), &mut found);
+    released::check(events, &faults, &mut found);
 
     let coverage_problems = coverage::problems(&stats, floors);
     report::conclude(floors, (t0, t_end), stats, found, coverage_problems)

@@ -29,6 +29,10 @@ pub enum ViolationKind {
     FencedLostUpdate,
     /// A lock key was still on a node after the quiet period.
     KeysLeft,
+    /// A lock key was still on a node that could be reached, well after the
+    /// release or rollback that should have removed it (judged at each
+    /// probe, see `checker::released`).
+    KeyLeftAfterRelease,
     /// A write to an unfenced counter was lost. Not a lock guarantee.
     UnfencedLostUpdate,
     /// An accepted write was answered after its hold's interval ended.
@@ -38,11 +42,12 @@ pub enum ViolationKind {
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub const ALL: [ViolationKind; 6] = [
+    pub const ALL: [ViolationKind; 7] = [
         ViolationKind::Overlap,
         ViolationKind::TokenRegression,
         ViolationKind::FencedLostUpdate,
         ViolationKind::KeysLeft,
+        ViolationKind::KeyLeftAfterRelease,
         ViolationKind::UnfencedLostUpdate,
         ViolationKind::WriteOutsideHold,
     ];
@@ -54,6 +59,7 @@ impl ViolationKind {
             ViolationKind::TokenRegression => "token_regression",
             ViolationKind::FencedLostUpdate => "fenced_lost_update",
             ViolationKind::KeysLeft => "keys_left",
+            ViolationKind::KeyLeftAfterRelease => "key_left_after_release",
             ViolationKind::UnfencedLostUpdate => "unfenced_lost_update",
             ViolationKind::WriteOutsideHold => "write_outside_hold",
         }
@@ -106,10 +112,10 @@ pub struct Violation {
 /// [`MAX_REPORTED_PER_KIND`] earliest (by start) of each kind kept.
 pub(super) struct Found {
     t0: Nanos,
-    counts: [u64; 6],
+    counts: [u64; ViolationKind::ALL.len()],
     /// Per kind, a max-heap on (start, arrival): its top is the kept
     /// violation to drop when an earlier one comes.
-    kept: [BinaryHeap<Kept>; 6],
+    kept: [BinaryHeap<Kept>; ViolationKind::ALL.len()],
     arrivals: u64,
 }
 
@@ -145,10 +151,15 @@ impl Found {
     pub(super) fn new(t0: Nanos) -> Found {
         Found {
             t0,
-            counts: [0; 6],
+            counts: [0; ViolationKind::ALL.len()],
             kept: Default::default(),
             arrivals: 0,
         }
+    }
+
+    /// The stamp violations' seconds count from.
+    pub(super) fn t0(&self) -> Nanos {
+        self.t0
     }
 
     /// How many violations of `kind` were found.
@@ -174,7 +185,7 @@ impl Found {
 
     /// Counts a violation of `kind` on `key` over `(start, end)`, and keeps
     /// it if it is among the earliest of its kind so far.
-    fn push(
+    pub(super) fn push(
         &mut self,
         kind: ViolationKind,
         key: &str,

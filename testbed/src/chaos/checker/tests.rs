@@ -273,6 +273,124 @@ fn keys_left_fail() {
     assert!(v.detail.contains("n2"), "{}", v.detail);
 }
 
+/// w0-1 holds k0 from 10 to 30 ms (released at 30): keys found on node 2
+/// at `probes` (ms), with `faults` (kind, target, start, end in ms).
+fn left_after_release(probes: &[f64], faults: &[(&str, &str, f64, f64)]) -> CheckReport {
+    let mut b = clean();
+    for (i, (kind, target, start, end)) in faults.iter().enumerate() {
+        b.fault(ms(*start), 100 + i as u32, kind, target)
+            .fault_end(ms(*end), 100 + i as u32);
+    }
+    for t in probes {
+        b.probe(ms(*t), 2, "k0", "w0-1");
+    }
+    run(&b)
+}
+
+#[test]
+fn a_key_found_well_after_its_release_fails() {
+    let late = 30.0 + released::BOUND as f64 / 1e6 + 50.0;
+    // Within the bound: the release may still be on its way.
+    let report = left_after_release(&[60.0, 200.0], &[]);
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 0);
+    assert_eq!(report.verdict, Verdict::Pass, "{}", report.summary_table());
+    let report = left_after_release(&[late], &[]);
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 1);
+    assert_eq!(report.verdict, Verdict::Fail);
+    let v = &report.violations[0];
+    assert_eq!(
+        (v.key.as_str(), v.holds.as_slice()),
+        ("k0", &["w0-1".to_string()][..])
+    );
+    assert!(v.detail.contains("n2"), "{}", v.detail);
+}
+
+#[test]
+fn a_fault_of_the_node_or_the_worker_restarts_the_bound() {
+    let after = |end: f64| end + released::BOUND as f64 / 1e6;
+    for target in ["n2", "n2:master", "w0"] {
+        // Found while the fault is on, and soon after it ended: not judged.
+        let report = left_after_release(
+            &[500.0, after(1000.0) - 50.0],
+            &[("node_pause", target, 20.0, 1000.0)],
+        );
+        assert_eq!(
+            report.count(ViolationKind::KeyLeftAfterRelease),
+            0,
+            "{target}"
+        );
+        // Found well after it ended: judged.
+        let report = left_after_release(
+            &[after(1000.0) + 50.0],
+            &[("node_pause", target, 20.0, 1000.0)],
+        );
+        assert_eq!(
+            report.count(ViolationKind::KeyLeftAfterRelease),
+            1,
+            "{target}"
+        );
+    }
+    // A fault of another node or worker excuses nothing.
+    let report = left_after_release(
+        &[after(30.0) + 50.0],
+        &[
+            ("node_pause", "n1", 20.0, 2000.0),
+            ("client_pause", "w1", 20.0, 2000.0),
+        ],
+    );
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 1);
+}
+
+#[test]
+fn a_worker_killed_before_its_undo_was_through_is_not_judged() {
+    let bound = released::BOUND as f64 / 1e6;
+    // n2 cut off from 20 ms, w0 killed at 200 ms (its release, sent at
+    // 30, still queued), n2 back at 1000: the queued acquire lands then,
+    // and nobody is left to undo it.
+    let report = left_after_release(
+        &[1000.0 + bound + 100.0],
+        &[
+            ("net_partition", "n2", 20.0, 1000.0),
+            (CLIENT_CRASH, "w0", 200.0, 201.0),
+        ],
+    );
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 0);
+    // Killed long after the undo was due on a node nothing hindered: the
+    // key had to be gone by then.
+    let report = left_after_release(
+        &[30.0 + bound + 500.0],
+        &[(
+            CLIENT_CRASH,
+            "w0",
+            30.0 + bound + 100.0,
+            30.0 + bound + 101.0,
+        )],
+    );
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 1);
+}
+
+#[test]
+fn a_rolled_back_attempt_must_leave_nothing_either() {
+    let mut b = clean();
+    b.attempt(ms(80.0), "k1", "w3-1")
+        .failed(ms(90.0), "k1", "w3-1")
+        .probe(ms(100.0), 0, "k1", "w3-1");
+    assert_eq!(run(&b).count(ViolationKind::KeyLeftAfterRelease), 0);
+    b.probe(
+        ms(90.0 + released::BOUND as f64 / 1e6 + 10.0),
+        0,
+        "k1",
+        "w3-1",
+    );
+    assert_eq!(run(&b).count(ViolationKind::KeyLeftAfterRelease), 1);
+    // A key of an unknown owner, or of a call still going, is not judged.
+    let mut b = clean();
+    b.attempt(ms(80.0), "k1", "w3-1")
+        .probe(ms(5000.0), 0, "k1", "w3-1")
+        .probe(ms(5000.0), 0, "k1", "nobody-1");
+    assert_eq!(run(&b).count(ViolationKind::KeyLeftAfterRelease), 0);
+}
+
 /// A holder paused past its deadline writes the unfenced counter late.
 fn late_unfenced_writer() -> Builder {
     let mut b = Builder::new();

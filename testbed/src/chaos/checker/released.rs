@@ -1,0 +1,162 @@
+//! [`ViolationKind::KeyLeftAfterRelease`]: a release or rollback must
+//! reach every node that can be reached (DESIGN rule 12), not only the
+//! quorum, and not only by the end of the run.
+//!
+//! The run's prober reads every lock name on every node it can reach, a
+//! few times a second, and logs what it finds ([`What::Probe`]). Each
+//! acquire call writes one owner token ([`What::AcquireStart`]), so a key
+//! found is traced to its call. The call is *over* at its release (a won
+//! call, [`What::Release`]) or its failure ([`What::Failed`], logged after
+//! the last attempt's rollback was sent). A key found at `t` on node `n` is
+//! a violation when its call was over by `t − BOUND` and nothing could
+//! have delayed the undo on the way since: no fault of node `n` (its
+//! process, its link, its clock) and no pause of the call's worker
+//! overlaps the span judged. A fault still on at `t` leaves the probe
+//! unjudged; once it ends, the span starts again from its end.
+//!
+//! An undo is sent by the process that wrote: a worker killed while its
+//! undo was still on its way (within the bound, or while the node was
+//! faulted) takes it along, and the key lives out its TTL (a write it had
+//! queued on a paused or cut-off node may even land after the kill). Such
+//! a call is not judged.
+
+use std::collections::HashMap;
+
+use super::holds::{CLIENT_CRASH, FaultSpan, secs};
+use super::rules::{Found, ViolationKind};
+use crate::chaos::history::{Event, Nanos, What};
+
+/// How long an undo may take on a node nothing hinders: a release waits up
+/// to the node timeout for each reachable node (100 ms by default in the
+/// mix), and what does not answer in time goes on in the background and
+/// lands at the node's next reply. Far below the mix's TTL (1 s), so a key
+/// left behind is seen before it expires.
+pub const BOUND: Nanos = 600_000_000;
+
+/// One acquire call, as the history tells it.
+struct Call<'a> {
+    key: &'a str,
+    hold: &'a str,
+    worker: &'a str,
+    /// When it was over (released or failed), if it was.
+    over: Option<Nanos>,
+}
+
+/// Finds every probe that saw a key its call should have removed.
+pub(super) fn check(events: &[Event], faults: &[FaultSpan], found: &mut Found) {
+    let calls = calls(events);
+    for e in events {
+        let What::Probe {
+            node,
+            key,
+            owner,
+            pttl_ms,
+        } = &e.what
+        else {
+            continue;
+        };
+        let Some(call) = calls.get(owner.as_str()) else {
+            continue;
+        };
+        let Some(over) = call.over else { continue };
+        let Some(from) = judged_from(over, e.t, *node, call.worker, faults) else {
+            continue;
+        };
+        if e.t.saturating_sub(from) <= BOUND {
+            continue;
+        }
+        let at = secs(e.t, found.t0());
+        found.push(
+            ViolationKind::KeyLeftAfterRelease,
+            key,
+            (over, e.t),
+            vec![call.hold.to_string()],
+            format!(
+                "n{node} still had {key:?} of {} at {at:.3} s (PTTL {pttl_ms} ms): {:.3} s after \
+                 its call was over, {:.3} s after the last fault that could delay its undo",
+                call.hold,
+                secs(e.t, over),
+                secs(e.t, from),
+            ),
+        );
+        debug_assert_eq!(call.key, key, "{at}");
+    }
+}
+
+/// The acquire calls by owner token, with when each was over.
+fn calls(events: &[Event]) -> HashMap<&str, Call<'_>> {
+    let mut by_hold: HashMap<&str, &str> = HashMap::new();
+    let mut calls: HashMap<&str, Call<'_>> = HashMap::new();
+    for e in events {
+        if let What::AcquireStart {
+            key,
+            hold,
+            owner: Some(owner),
+        } = &e.what
+        {
+            by_hold.insert(hold, owner);
+            calls.insert(
+                owner,
+                Call {
+                    key,
+                    hold,
+                    worker: &e.src,
+                    over: None,
+                },
+            );
+        }
+    }
+    for e in events {
+        let hold = match &e.what {
+            What::Release { hold, .. } | What::Failed { hold, .. } => hold.as_str(),
+            _ => continue,
+        };
+        if let Some(call) = by_hold.get(hold).and_then(|owner| calls.get_mut(owner)) {
+            call.over = Some(call.over.map_or(e.t, |t| t.min(e.t)));
+        }
+    }
+    calls
+}
+
+/// Where the span judged for a probe at `t` starts: the call's end `over`,
+/// or the end of the last fault since then that could have delayed its
+/// undo on `node` (a fault of the node or its link, or a pause of the
+/// call's `worker`). `None` while such a fault is still on at `t`, or when
+/// the worker was killed before its undo was surely through.
+fn judged_from(
+    over: Nanos,
+    t: Nanos,
+    node: usize,
+    worker: &str,
+    faults: &[FaultSpan],
+) -> Option<Nanos> {
+    let mut from = over;
+    for f in faults.iter().take_while(|f| f.start <= t) {
+        if f.end < over || !hinders(f, node, worker) {
+            continue;
+        }
+        if f.kind == CLIENT_CRASH {
+            // Killed: only an undo due before the kill can be judged.
+            if f.start.saturating_sub(from) <= BOUND {
+                return None;
+            }
+            continue;
+        }
+        if f.end >= t {
+            return None;
+        }
+        from = from.max(f.end);
+    }
+    Some(from)
+}
+
+/// Whether fault `f` can delay an undo of `worker`'s call on `node`.
+fn hinders(f: &FaultSpan, node: usize, worker: &str) -> bool {
+    let target = f.target.as_str();
+    let on_node = target
+        .strip_prefix('n')
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|i| i.parse::<usize>().ok())
+        == Some(node);
+    on_node || target == worker
+}

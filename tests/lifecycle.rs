@@ -1,0 +1,434 @@
+//! The lifecycle of a lock as a user meets it, over the whole matrix of
+//! settings: holds of 0.1, 1, 2 and 5 s × 3, 5 and 7 nodes × majority, all
+//! and at least k × the watchdog on and off × wake-ups on and off.
+//!
+//! * In one process: once `release()` has returned, no node keeps the key
+//!   (every node is healthy, so the release waits for each).
+//! * In two: a waiter in another process gets the name within its retry
+//!   delay plus a few round trips of the release, never the TTL, and
+//!   nothing is left once it lets go.
+//!
+//! Every case runs at once, on its own name, over one testbed of 7 nodes
+//! (a lock of 3 or 5 nodes uses the first 3 or 5).
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use quorumlock::{LockConfig, MultiLock, Quorum, Wait};
+use quorumlock_testbed::Testbed;
+
+/// The environment variable that turns [`lifecycle_waiter_process`] into
+/// the waiter: the cases to wait for, one per line.
+const WAITER_ENV: &str = "QL_LIFECYCLE_WAITER";
+
+/// What starts each line the waiter process prints for the test.
+const MARK: &str = "lifecycle> ";
+
+/// The TTL with the watchdog: short, so that the holds of 2 and 5 s see
+/// renewals (every TTL / 3).
+const WATCHED_TTL: Duration = Duration::from_secs(5);
+/// The TTL without: the default, so that a key left behind would outlive
+/// every bound here by far.
+const UNWATCHED_TTL: Duration = Duration::from_secs(30);
+
+/// How long past a release the waiter may take: the longest retry delay
+/// (200 ms by default) plus a few round trips, with room for a busy
+/// machine; a key left on a node would make it the TTL.
+const WAITER_BOUND: Duration = Duration::from_secs(3);
+
+/// How long a node the release did not hear from in time (a busy machine
+/// can stretch a round trip past the 50 ms node timeout) may keep the key:
+/// its release goes on in the background and lands at its next reply.
+const BACKGROUND_BOUND: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Debug)]
+struct Case {
+    hold_ms: u64,
+    nodes: usize,
+    quorum: Quorum,
+    watchdog: bool,
+    wake_ups: bool,
+}
+
+impl Case {
+    fn all() -> Vec<Case> {
+        let mut cases = Vec::new();
+        for hold_ms in [100, 1000, 2000, 5000] {
+            for nodes in [3, 5, 7] {
+                let at_least = match nodes {
+                    3 => 2,
+                    5 => 4,
+                    _ => 5,
+                };
+                for quorum in [Quorum::Majority, Quorum::All, Quorum::AtLeast(at_least)] {
+                    for watchdog in [false, true] {
+                        for wake_ups in [false, true] {
+                            cases.push(Case {
+                                hold_ms,
+                                nodes,
+                                quorum,
+                                watchdog,
+                                wake_ups,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        cases
+    }
+
+    /// The case's lock name, unique per case and per test.
+    fn name(&self, test: &str) -> String {
+        let quorum = match self.quorum {
+            Quorum::Majority => "majority".to_string(),
+            Quorum::All => "all".to_string(),
+            Quorum::AtLeast(k) => format!("k{k}"),
+            other => format!("{other:?}"),
+        };
+        format!(
+            "life:{test}:{}ms:n{}:{quorum}:wd{}:wu{}",
+            self.hold_ms,
+            self.nodes,
+            u8::from(self.watchdog),
+            u8::from(self.wake_ups)
+        )
+    }
+
+    /// The case without its hold: what its lock's settings depend on.
+    fn setting(&self) -> String {
+        let mut encoded = self.encode();
+        encoded.replace_range(..encoded.find(' ').unwrap_or(0), "");
+        encoded
+    }
+
+    fn lock(&self, urls: &[String]) -> MultiLock {
+        let ttl = if self.watchdog {
+            WATCHED_TTL
+        } else {
+            UNWATCHED_TTL
+        };
+        MultiLock::new(
+            LockConfig::builder()
+                .nodes(urls[..self.nodes].iter().cloned())
+                .quorum(self.quorum)
+                .ttl(ttl)
+                .watchdog(self.watchdog)
+                .wake_ups(self.wake_ups)
+                // Hundreds of locks connect at the start of a test.
+                .connect_timeout(Duration::from_secs(5))
+                .build()
+                .expect("valid case"),
+        )
+    }
+
+    /// One line for the waiter process.
+    fn encode(&self) -> String {
+        let quorum = match self.quorum {
+            Quorum::AtLeast(k) => k,
+            Quorum::All => 0,
+            _ => 1,
+        };
+        format!(
+            "{} {} {quorum} {} {}",
+            self.hold_ms,
+            self.nodes,
+            u8::from(self.watchdog),
+            u8::from(self.wake_ups)
+        )
+    }
+
+    fn decode(line: &str) -> Case {
+        let f: Vec<u64> = line
+            .split(' ')
+            .map(|x| x.parse().expect("a number"))
+            .collect();
+        Case {
+            hold_ms: f[0],
+            nodes: f[1] as usize,
+            quorum: match f[2] {
+                0 => Quorum::All,
+                1 => Quorum::Majority,
+                k => Quorum::AtLeast(k as usize),
+            },
+            watchdog: f[3] == 1,
+            wake_ups: f[4] == 1,
+        }
+    }
+}
+
+/// A connected lock for every case: one per setting (the holds share
+/// them, on names of their own), a few connecting at a time, so that the
+/// test needs a few hundred connections, not thousands.
+async fn locks(cases: &[Case], urls: &[String]) -> Vec<MultiLock> {
+    let mut by_setting: HashMap<String, MultiLock> = HashMap::new();
+    for chunk in cases.chunks(8) {
+        let new: Vec<&Case> = chunk
+            .iter()
+            .filter(|c| !by_setting.contains_key(&c.setting()))
+            .collect();
+        let made = join_all(new.iter().map(|c| common::connected(c.lock(urls)))).await;
+        for (case, lock) in new.into_iter().zip(made) {
+            by_setting.entry(case.setting()).or_insert(lock);
+        }
+    }
+    cases
+        .iter()
+        .map(|c| by_setting[&c.setting()].clone())
+        .collect()
+}
+
+/// Takes `name` for a case: a free name, but hundreds of cases ask at
+/// once, so an attempt may time out on a busy machine (and is rolled back,
+/// which the test then checks too).
+async fn take(lock: &MultiLock, name: &str) -> quorumlock::LockGuard {
+    lock.acquire(name, Wait::up_to(Duration::from_secs(20)))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: a free name: {e}"))
+}
+
+/// The nodes (of the first `n`) that still have `key`.
+fn holding(testbed: &Testbed, n: usize, key: &str) -> Vec<usize> {
+    (0..n)
+        .filter(|&i| common::value_on(testbed.node(i), key).is_some())
+        .collect()
+}
+
+/// What a release left: the nodes that keep `key` although they answered
+/// the release in time (none may), and those that keep it past the
+/// background bound (a release that timed out must still land).
+async fn left_after(
+    testbed: &Testbed,
+    n: usize,
+    key: &str,
+    report: &quorumlock::ReleaseReport,
+) -> (Vec<usize>, Vec<usize>) {
+    let late: Vec<&str> = report.failed.iter().map(|e| e.node()).collect();
+    let urls = testbed.urls();
+    let answered_but_kept = holding(testbed, n, key)
+        .into_iter()
+        .filter(|&i| !late.contains(&urls[i].as_str()))
+        .collect();
+    let give_up = Instant::now() + BACKGROUND_BOUND;
+    let mut kept = holding(testbed, n, key);
+    while !kept.is_empty() && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        kept = holding(testbed, n, key);
+    }
+    (answered_but_kept, kept)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_release_lets_go_on_every_node() {
+    let testbed = Testbed::start(7).expect("testbed");
+    let urls = testbed.urls();
+    let cases = Case::all();
+    let locks = locks(&cases, &urls).await;
+    let outcomes = join_all(cases.iter().zip(&locks).map(|(case, lock)| {
+        let testbed = &testbed;
+        async move {
+            let name = case.name("one");
+            let guard = take(lock, &name).await;
+            tokio::time::sleep(Duration::from_millis(case.hold_ms)).await;
+            let report = guard.release().await;
+            let left = left_after(testbed, case.nodes, &name, &report).await;
+            (case, report, left)
+        }
+    }))
+    .await;
+    let late = outcomes
+        .iter()
+        .filter(|(_, report, _)| !report.failed.is_empty())
+        .count();
+    let bad: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, _, (kept, still))| !kept.is_empty() || !still.is_empty())
+        .map(|(case, report, (kept, still))| {
+            format!("{case:?}: kept by nodes that answered {kept:?}, past the bound {still:?}; {report:?}")
+        })
+        .collect();
+    println!(
+        "{} cases: {} with a key left once release() returned, {late} with a node that answered \
+         the release late (a busy machine)",
+        outcomes.len(),
+        bad.len()
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The waiter's side, in a process of its own (this test binary run again
+/// with [`WAITER_ENV`] set): waits for every case's name at once and prints
+/// (after [`MARK`]) `ready <name>` once its lock is connected and about to
+/// wait, `got <name>` when it has the name, and `done <name>` once it let
+/// go again.
+/// Without the variable (a normal test run) it does nothing.
+#[test]
+fn lifecycle_waiter_process() {
+    let Ok(spec) = std::env::var(WAITER_ENV) else {
+        return;
+    };
+    let mut lines = spec.lines();
+    let urls: Vec<String> = lines
+        .next()
+        .expect("the urls")
+        .split(' ')
+        .map(String::from)
+        .collect();
+    let cases: Vec<Case> = lines.map(Case::decode).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    let say = move |what: &str, name: &str| {
+        let mut out = out.lock().expect("stdout");
+        writeln!(out, "{MARK}{what} {name}").expect("stdout");
+        out.flush().expect("stdout");
+    };
+    runtime.block_on(async {
+        let locks = locks(&cases, &urls).await;
+        join_all(cases.iter().zip(&locks).map(|(case, lock)| {
+            let say = &say;
+            async move {
+                let name = case.name("two");
+                say("ready", &name);
+                let wait =
+                    Wait::up_to(Duration::from_millis(case.hold_ms) + Duration::from_secs(40));
+                let guard = lock.acquire(&name, wait).await.expect("the waiter's turn");
+                say("got", &name);
+                guard.release().await;
+                say("done", &name);
+            }
+        }))
+        .await
+    });
+}
+
+/// The waiter process, killed by its pid if the test ends first.
+struct Waiter(Child);
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the waiter said, and when this process heard it.
+type Heard = Arc<Mutex<HashMap<(String, String), Instant>>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_another_process_gets_the_name_at_once() {
+    let testbed = Testbed::start(7).expect("testbed");
+    let urls = testbed.urls();
+    let cases = Case::all();
+    // Every name held before the waiter starts.
+    let locks = locks(&cases, &urls).await;
+    let guards = join_all(
+        cases
+            .iter()
+            .zip(&locks)
+            .map(|(case, lock)| async move { take(lock, &case.name("two")).await }),
+    )
+    .await;
+    let mut spec = urls.join(" ");
+    for case in &cases {
+        spec.push('\n');
+        spec.push_str(&case.encode());
+    }
+    // What the waiter process prints besides its lines, for a failure.
+    let waiter_log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("lifecycle-waiter.log");
+    let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "lifecycle_waiter_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(WAITER_ENV, spec)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&waiter_log).expect("the waiter's log"))
+        .spawn()
+        .expect("start the waiter process");
+    let stdout = child.stdout.take().expect("piped");
+    let waiter = Waiter(child);
+    let heard: Heard = Arc::default();
+    let reader = {
+        let heard = Arc::clone(&heard);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // The test harness may print before a line of ours.
+                let Some((_, ours)) = line.split_once(MARK) else {
+                    continue;
+                };
+                if let Some((what, name)) = ours.split_once(' ') {
+                    let mut heard = heard.lock().expect("heard");
+                    heard.insert((what.to_string(), name.to_string()), Instant::now());
+                }
+            }
+        })
+    };
+    let said = |what: &'static str, name: String| {
+        let heard = Arc::clone(&heard);
+        let waiter_log = &waiter_log;
+        async move {
+            common::wait_for(
+                &format!(
+                    "the waiter to say {what} {name} (its log: {})",
+                    waiter_log.display()
+                ),
+                Duration::from_secs(60),
+                || {
+                    heard
+                        .lock()
+                        .expect("heard")
+                        .contains_key(&(what.to_string(), name.clone()))
+                },
+            )
+            .await;
+            heard.lock().expect("heard")[&(what.to_string(), name)]
+        }
+    };
+    let latencies = join_all(cases.iter().zip(guards).map(|(case, guard)| {
+        let said = &said;
+        async move {
+            let name = case.name("two");
+            said("ready", name.clone()).await;
+            tokio::time::sleep(Duration::from_millis(case.hold_ms)).await;
+            let report = guard.release().await;
+            let released = Instant::now();
+            let got = said("got", name.clone()).await;
+            said("done", name).await;
+            (case, report, got.saturating_duration_since(released))
+        }
+    }))
+    .await;
+    drop(waiter);
+    let _ = reader.join();
+    let mut slowest: Vec<_> = latencies.iter().map(|(_, _, l)| *l).collect();
+    slowest.sort();
+    println!(
+        "{} cases: the waiter got the name {:?} (median) / {:?} (slowest) after release() returned",
+        latencies.len(),
+        slowest[slowest.len() / 2],
+        slowest[slowest.len() - 1]
+    );
+    let bad: Vec<String> = latencies
+        .iter()
+        .filter(|(_, _, late)| *late > WAITER_BOUND)
+        .map(|(case, report, late)| format!("{case:?}: {late:?}; {report:?}"))
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    for case in &cases {
+        let left = holding(&testbed, case.nodes, &case.name("two"));
+        assert!(left.is_empty(), "{case:?}: left on {left:?}");
+    }
+}

@@ -144,7 +144,7 @@ impl Container {
     /// # Errors
     ///
     /// [`TestbedError::Docker`], or [`TestbedError::Redis`] when it does not
-    /// answer within [`READY_LIMIT`].
+    /// answer within 30 s.
     pub fn start(&self) -> Result<(), TestbedError> {
         self.start_only()?;
         self.wait_ready(READY_LIMIT)

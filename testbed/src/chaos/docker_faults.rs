@@ -447,7 +447,8 @@ impl Injector<'_> {
                 );
                 let result = c.kill().and_then(|()| self.stage.start(c));
                 self.book.end(fault);
-                return Ok(result.map(drop)?);
+                self.note_epoch(kind, c, target, result?);
+                return Ok(());
             }
             DockerFault::ContainerPause => (format!("docker pause for {d:?}"), Held::Pause),
             DockerFault::NetDisconnect => (
@@ -521,7 +522,36 @@ impl Injector<'_> {
             1e3 - BEFORE_BOUNDARY.as_secs_f64() * 1e3,
             (ready - started) * 1e3,
         ));
+        self.note_epoch(DockerFault::RestartAtSecond, c, target, started);
         Ok(())
+    }
+
+    /// Notes how the epoch the clients gave a node that restarted empty
+    /// (at `started`, epoch seconds) is dated against that start: the
+    /// first client to connect writes it (`quorumlock:epoch`, its start in
+    /// ms on the server's clock, which is the host's). Dated before the
+    /// start, the quarantine ends that much early (DESIGN.md, rule 13).
+    /// Waits a bounded while for a client to connect; notes nothing when
+    /// none did.
+    fn note_epoch(&self, kind: DockerFault, c: &Container, target: &str, started: f64) {
+        let end = std::time::Instant::now() + EPOCH_WAIT;
+        while std::time::Instant::now() < end {
+            if let Ok(Some(epoch_ms)) = epoch_start_ms(c) {
+                let early = started * 1e3 - epoch_ms as f64;
+                self.book.note(format!(
+                    "{kind} {target}: its new epoch is dated {:.0} ms {} the server started{}",
+                    early.abs(),
+                    if early > 0.0 { "before" } else { "after" },
+                    if early > 0.0 {
+                        " (its quarantine ends that much early)"
+                    } else {
+                        ""
+                    }
+                ));
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `sentinel_failover`: the replica in sync first (outside the fault),
@@ -639,6 +669,31 @@ fn wait_for_aim(now: SystemTime, lead: Duration, before: Duration) -> Duration {
         boundary += second;
     }
     boundary - lead - before
+}
+
+/// How long [`Injector::note_epoch`] waits for a client to date a
+/// restarted node.
+const EPOCH_WAIT: Duration = Duration::from_secs(3);
+
+/// The start (ms since the epoch, server clock) of the epoch a client
+/// wrote for this server process, if one did: the marker names the
+/// server's `run_id` (`<run_id>:<replid> <time> <start ms> <flag>`).
+fn epoch_start_ms(c: &Container) -> Result<Option<u64>, TestbedError> {
+    let mut con = c.connection()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_string();
+    let marker: Option<String> = redis::cmd("GET").arg("quorumlock:epoch").query(&mut con)?;
+    Ok(marker.and_then(|m| {
+        let mut fields = m.split(' ');
+        let identity = fields.next()?;
+        let start = fields.nth(1)?.parse().ok()?;
+        (!run_id.is_empty() && identity.starts_with(&format!("{run_id}:"))).then_some(start)
+    }))
 }
 
 /// The server's `uptime_in_seconds` (whole seconds, as Redis rounds it).

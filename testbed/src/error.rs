@@ -113,6 +113,18 @@ pub enum TestbedError {
         stderr: String,
     },
 
+    /// A `docker` (or `docker compose`, `nsenter`) command of the docker
+    /// testbed failed or did not answer in time.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Docker {
+        /// The command line that was run.
+        command: String,
+        /// Its exit status, or why it has none.
+        status: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+
     /// A replica did not catch up with its master in time.
     #[error(
         "replica on port {replica_port} not in sync with master on port {master_port} after {waited:?}: {detail}"

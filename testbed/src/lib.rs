@@ -48,12 +48,18 @@
 //! plus an upstream switch for failovers. A [`ReplicaPair`] is a master
 //! with an asynchronous replica whose replication link can be cut with
 //! `iptables`, so a failover loses the writes the replica never got.
+//!
+//! The [`docker`] module runs the same kind of nodes as containers of
+//! `testbed/docker-compose.yml` (an image built from the machine's own
+//! redis binaries by `testbed/run docker-image`), for real partitions and
+//! frozen hosts.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod binary;
 pub mod chaos;
+pub mod docker;
 mod error;
 pub mod failover;
 pub mod fakeclock;

@@ -305,17 +305,25 @@ impl Cluster {
         let mut found = Vec::new();
         for i in 0..self.slots.len() {
             let slot = self.slot(i);
-            let mut con = slot.backing.connection()?;
-            let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con)?;
-            found.extend(
-                keys.into_iter()
-                    .filter(|k| !k.starts_with("quorumlock:fence:") && k != "quorumlock:epoch")
-                    .map(|k| format!("n{i}:{k}")),
-            );
+            found.extend(lock_keys_on(&mut slot.backing.connection()?, i)?);
         }
         found.sort();
         Ok(found)
     }
+}
+
+/// The lock keys on node `i` (fencing counters and the node's epoch
+/// marker excluded: they are meant to stay), as `n<i>:<key>`.
+pub(crate) fn lock_keys_on(
+    con: &mut redis::Connection,
+    i: usize,
+) -> Result<Vec<String>, TestbedError> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con)?;
+    Ok(keys
+        .into_iter()
+        .filter(|k| !k.starts_with("quorumlock:fence:") && k != "quorumlock:epoch")
+        .map(|k| format!("n{i}:{k}"))
+        .collect())
 }
 
 /// Starts the local server(s) of a node: one server, or a master and its

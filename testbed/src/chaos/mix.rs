@@ -2,11 +2,8 @@
 //! inject faults (node processes; links and clocks; clients), then the
 //! run goes quiet, looks for keys left behind, and checks the history.
 
-use std::collections::BTreeMap;
 use std::io::{Read as _, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -14,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use super::book::{FaultBook, by_lane, progress};
 use super::checker::{CheckReport, Floors};
 use super::cluster::{Backing, Cluster, Role, Slot};
 use super::faults::{FaultKind, Lane};
@@ -125,11 +123,8 @@ struct Ctx<'a> {
     options: &'a MixOptions,
     cluster: &'a Cluster,
     workers: &'a Workers,
-    log: HistoryWriter,
     end: Instant,
-    next_fault: AtomicU32,
-    active: Mutex<BTreeMap<u32, String>>,
-    problems: Mutex<Vec<String>>,
+    book: FaultBook,
 }
 
 /// Runs the mix and checks it: on nodes it starts, or on
@@ -193,7 +188,7 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
     let keys: Vec<String> = (0..options.keys).map(|i| format!("k{i}")).collect();
     let mut names = keys.clone();
     names.push("job".to_string());
-    reset_counters(&cluster, &names)?;
+    reset_counters(&mut cluster.resource.connection()?, &names)?;
     let chaos_history = options.dir.join("history-chaos.jsonl");
     let log = HistoryWriter::create(&chaos_history, "chaos")
         .map_err(ChaosError::io("creating the chaos history"))?;
@@ -230,34 +225,18 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
         options,
         cluster: &cluster,
         workers: &workers,
-        log: log.clone(),
         end: Instant::now() + options.duration,
-        next_fault: AtomicU32::new(1),
-        active: Mutex::new(BTreeMap::new()),
-        problems: Mutex::new(Vec::new()),
+        book: FaultBook::new(log.clone()),
     };
     thread::scope(|scope| {
-        for (i, lane) in [Lane::Node, Lane::Link, Lane::Client]
-            .into_iter()
-            .enumerate()
-        {
-            let kinds: Vec<FaultKind> = options
-                .faults
-                .iter()
-                .copied()
-                .filter(|k| k.lane() == lane)
-                .collect();
-            if kinds.is_empty() {
-                continue;
-            }
+        for (kinds, seed) in by_lane(&options.faults, FaultKind::lane, options.seed) {
             let ctx = &ctx;
-            let seed = options.seed.wrapping_mul(31).wrapping_add(i as u64);
             scope.spawn(move || run_lane(ctx, kinds, StdRng::seed_from_u64(seed)));
         }
         if options.progress {
-            scope.spawn(|| progress(&ctx));
+            scope.spawn(|| progress(&ctx.book, &workers, ctx.end, options.duration));
         }
-        scope.spawn(|| probe(&ctx, &names));
+        scope.spawn(|| probe(&cluster, &log, ctx.end, &names));
     });
     let _ = log.log(What::Note {
         text: "faults end".into(),
@@ -279,16 +258,7 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
         unfenced,
         keys_left,
     });
-    for problem in ctx
-        .problems
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-    {
-        let _ = log.log(What::Note {
-            text: format!("problem: {problem}"),
-        });
-    }
+    ctx.book.note_problems();
     let mut inputs = workers.histories();
     inputs.push(chaos_history);
     drop(cluster);
@@ -301,26 +271,28 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
 
 /// Deletes the counters a previous run left on a reused resource server,
 /// so that the final values count this run's writes only.
-fn reset_counters(cluster: &Cluster, names: &[String]) -> Result<(), ChaosError> {
-    let mut con = cluster.resource.connection()?;
+pub(super) fn reset_counters(
+    con: &mut redis::Connection,
+    names: &[String],
+) -> Result<(), ChaosError> {
     for name in names {
         redis::cmd("DEL")
             .arg(fenced_key(name))
             .arg(unfenced_key(name))
-            .query::<()>(&mut con)
+            .query::<()>(con)
             .map_err(crate::TestbedError::from)?;
     }
     Ok(())
 }
 
 /// Counts `won` events in the workers' histories (for progress).
-fn count_won(paths: &[PathBuf]) -> u64 {
+pub(super) fn count_won(paths: &[PathBuf]) -> u64 {
     paths.iter().map(|p| count_in(p, 0).0).sum()
 }
 
 /// Counts `"ev":"won"` in `path` from byte `from`; returns the count and
 /// the new end.
-fn count_in(path: &Path, from: u64) -> (u64, u64) {
+pub(super) fn count_in(path: &Path, from: u64) -> (u64, u64) {
     let Ok(mut file) = std::fs::File::open(path) else {
         return (0, from);
     };
@@ -337,16 +309,15 @@ fn count_in(path: &Path, from: u64) -> (u64, u64) {
     (n, from + whole as u64)
 }
 
-/// Prints a progress line every 5 s until the faults end.
 /// Reads every lock name on every node that no fault lane holds, a few
-/// times a second until the faults end, and logs each key found
+/// times a second until `end`, and logs each key found
 /// ([`What::Probe`]): the checker judges each against the release or
 /// rollback that should have removed it (`checker::released`).
-fn probe(ctx: &Ctx<'_>, names: &[String]) {
-    while Instant::now() < ctx.end {
-        for i in 0..ctx.cluster.slots.len() {
+fn probe(cluster: &Cluster, log: &HistoryWriter, end: Instant, names: &[String]) {
+    while Instant::now() < end {
+        for i in 0..cluster.slots.len() {
             // A node a lane is faulting is not judged anyway.
-            let Some(slot) = ctx.cluster.try_slot(i) else {
+            let Some(slot) = cluster.try_slot(i) else {
                 continue;
             };
             let Ok(mut conn) = slot.backing.connection() else {
@@ -366,7 +337,7 @@ fn probe(ctx: &Ctx<'_>, names: &[String]) {
             };
             for (name, pair) in names.iter().zip(found.chunks(2)) {
                 if let [redis::Value::BulkString(owner), redis::Value::Int(pttl_ms)] = pair {
-                    let _ = ctx.log.log(What::Probe {
+                    let _ = log.log(What::Probe {
                         node: i,
                         key: name.clone(),
                         owner: String::from_utf8_lossy(owner).into_owned(),
@@ -379,78 +350,22 @@ fn probe(ctx: &Ctx<'_>, names: &[String]) {
     }
 }
 
-fn progress(ctx: &Ctx<'_>) {
-    let start = Instant::now();
-    let mut offsets: BTreeMap<PathBuf, u64> = BTreeMap::new();
-    let mut won = 0u64;
-    while Instant::now() < ctx.end {
-        let next = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < next.min(ctx.end) {
-            thread::sleep(Duration::from_millis(100));
-        }
-        for path in ctx.workers.histories() {
-            let from = offsets.get(&path).copied().unwrap_or(0);
-            let (n, end) = count_in(&path, from);
-            won += n;
-            offsets.insert(path, end);
-        }
-        let secs = start.elapsed().as_secs_f64();
-        let active: Vec<String> = ctx
-            .active
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
-        eprintln!(
-            "[{:>4.0}s/{:.0}s] acquisitions {won:>6} ({:>4.0}/s) · faults {:>3} · now: {}",
-            secs,
-            ctx.options.duration.as_secs_f64(),
-            won as f64 / secs.max(0.001),
-            ctx.next_fault.load(Ordering::SeqCst) - 1,
-            if active.is_empty() {
-                "none".to_string()
-            } else {
-                active.join(", ")
-            }
-        );
-    }
-}
-
 impl Ctx<'_> {
     fn running(&self) -> bool {
         Instant::now() < self.end
     }
 
     fn problem(&self, text: String) {
-        self.problems
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(text);
+        self.book.problem(text);
     }
 
     /// Logs a fault's start; returns its id.
     fn start(&self, kind: FaultKind, target: &str, detail: String) -> u32 {
-        let fault = self.next_fault.fetch_add(1, Ordering::SeqCst);
-        self.active
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(fault, format!("{kind} {target}"));
-        let _ = self.log.log(What::FaultStart {
-            fault,
-            kind: kind.name().to_string(),
-            target: target.to_string(),
-            detail,
-        });
-        fault
+        self.book.start(kind.name(), target, detail)
     }
 
     fn end(&self, fault: u32) {
-        let _ = self.log.log(What::FaultEnd { fault });
-        self.active
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&fault);
+        self.book.end(fault);
     }
 
     /// Locks a free slot whose role `fits`, trying for a bounded while.

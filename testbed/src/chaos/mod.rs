@@ -7,6 +7,10 @@
 //! - [`cluster`]: the lock nodes (behind proxies) and the resource server.
 //! - [`faults`] / [`mix`]: the fault kinds the lock must survive, and the
 //!   run that injects them.
+//! - [`docker_faults`] / [`docker_mix`]: the same run on the docker
+//!   testbed's containers, with container-level faults ([`book`] keeps
+//!   the faults of a run; [`node_spec`] lets a worker name a Sentinel
+//!   group as a node).
 //! - [`controls`]: deterministic schedules that break the algorithm's
 //!   assumptions on purpose; the checker must catch every one.
 //! - [`checker`] / [`timeline`]: the verdict, `report.json` and
@@ -40,12 +44,16 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub mod book;
 pub mod checker;
 pub mod cluster;
 pub mod controls;
+pub mod docker_faults;
+pub mod docker_mix;
 pub mod faults;
 pub mod history;
 pub mod mix;
+pub mod node_spec;
 pub mod timeline;
 pub mod worker;
 pub mod workers;

@@ -105,8 +105,8 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
         pid: std::process::id(),
     })
     .map_err(|e| e.to_string())?;
-    let config = LockConfig::builder()
-        .nodes(options.nodes.iter().cloned())
+    // A node may be a Sentinel group (the docker run's), see `node_spec`.
+    let config = super::node_spec::add_nodes(LockConfig::builder(), &options.nodes)?
         .quorum(Quorum::Majority)
         .ttl(options.ttl)
         .node_timeout(options.node_timeout)

@@ -3,6 +3,9 @@
 //! - `chaos [--duration 120s] [--nodes 5] [--seed N] [--faults a,b,…]`
 //!   runs the mix and writes `target/chaos/<run>/history.jsonl`,
 //!   `report.json` and `timeline.svg`, then prints the summary table.
+//! - `chaos --docker [--duration …] [--seed …]` runs the same mix on the
+//!   docker testbed (`testbed/docker-compose.yml`, brought up if it is not
+//!   up, and down again afterwards) with container-level faults.
 //! - `chaos control [NAME…]` runs negative controls (all by default); each
 //!   must be caught by the checker.
 //! - `chaos worker …` is one worker process (started by the run).
@@ -17,7 +20,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use quorumlock_testbed::chaos::checker::{CheckReport, Floors, Verdict, ViolationKind};
 use quorumlock_testbed::chaos::controls::{self, Control};
-use quorumlock_testbed::chaos::faults::{self, FaultKind};
+use quorumlock_testbed::chaos::docker_faults;
+use quorumlock_testbed::chaos::docker_mix::{self, DockerMixOptions};
+use quorumlock_testbed::chaos::faults;
 use quorumlock_testbed::chaos::mix::{self, External, MixOptions};
 use quorumlock_testbed::chaos::worker::{self, WorkerOptions};
 use quorumlock_testbed::chaos::{self, ChaosError};
@@ -82,10 +87,24 @@ struct MixArgs {
     /// With --external: the server for the protected counters.
     #[arg(long)]
     resource: Option<String>,
+    /// Run on the docker testbed (testbed/docker-compose.yml, project
+    /// quorumlock-testbed): brought up if it is not up, and down again
+    /// afterwards; container-level faults (--faults takes their names).
+    /// Lock nodes: node1… and the Sentinel group (--nodes 3 to 6).
+    #[arg(long, conflicts_with = "external")]
+    docker: bool,
+    /// With --docker: the image to bring the deployment up with, unless
+    /// QUORUMLOCK_REDIS_IMAGE names one.
+    #[arg(long, default_value = quorumlock_testbed::docker::LOCAL_IMAGE)]
+    image: String,
+    /// With --docker: leave a deployment the run brought up running.
+    #[arg(long)]
+    keep_up: bool,
     /// Coverage floors of the full run: acquisitions (scaled to the
-    /// duration: 125 per second), faults (one per 4 s), every kind given,
-    /// 25% of acquisitions started during a fault. `--no-floors` checks
-    /// safety only.
+    /// duration: 125 per second, 25 with --docker), faults (one per 4 s),
+    /// every kind given (with --docker each 5 times in 120 s), 25% of
+    /// acquisitions started during a fault. `--no-floors` checks safety
+    /// only.
     #[arg(long)]
     no_floors: bool,
 }
@@ -192,6 +211,33 @@ fn self_exe() -> Result<PathBuf, ExitCode> {
     })
 }
 
+/// The kinds `--faults` names, or the exit status of a list that names
+/// none or an unknown one.
+fn chosen<K, E: std::fmt::Display>(
+    parsed: Result<Vec<K>, E>,
+    text: &str,
+) -> Result<Vec<K>, ExitCode> {
+    match parsed {
+        Ok(kinds) if !kinds.is_empty() => Ok(kinds),
+        Ok(_) => {
+            eprintln!("chaos: --faults {text:?} names no fault");
+            Err(ExitCode::from(2))
+        }
+        Err(e) => {
+            eprintln!("chaos: --faults: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// A seed from the clock, when none is given.
+fn default_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() % 100_000)
+        .unwrap_or(1)
+}
+
 fn run_id(prefix: &str, seed: u64) -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -201,6 +247,9 @@ fn run_id(prefix: &str, seed: u64) -> String {
 }
 
 fn run_mix(args: MixArgs) -> ExitCode {
+    if args.docker {
+        return run_docker(args);
+    }
     let external = match (&args.external[..], &args.resource) {
         ([], None) => None,
         ([], Some(_)) => {
@@ -216,31 +265,25 @@ fn run_mix(args: MixArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let kinds = match faults::parse_list(&args.faults) {
-        Ok(kinds) if external.is_some() && args.faults == "all" => kinds
-            .into_iter()
-            .filter(|k| External::applicable(*k))
-            .collect(),
-        Ok(kinds) if !kinds.is_empty() => kinds,
-        Ok(_) => {
-            eprintln!("chaos: --faults {:?} names no fault", args.faults);
-            return ExitCode::from(2);
+    let parsed = faults::parse_list(&args.faults).map(|kinds| {
+        if external.is_some() && args.faults == "all" {
+            kinds
+                .into_iter()
+                .filter(|k| External::applicable(*k))
+                .collect()
+        } else {
+            kinds
         }
-        Err(e) => {
-            eprintln!("chaos: --faults: {e}");
-            return ExitCode::from(2);
-        }
+    });
+    let kinds = match chosen(parsed, &args.faults) {
+        Ok(kinds) => kinds,
+        Err(code) => return code,
     };
     let exe = match self_exe() {
         Ok(exe) => exe,
         Err(code) => return code,
     };
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() % 100_000)
-            .unwrap_or(1)
-    });
+    let seed = args.seed.unwrap_or_else(default_seed);
     let dir = args.out.join(run_id("mix", seed));
     let mut options = MixOptions::new(dir, exe);
     options.duration = args.duration;
@@ -250,7 +293,7 @@ fn run_mix(args: MixArgs) -> ExitCode {
     options.floors = if args.no_floors {
         Floors::none()
     } else {
-        full_run_floors(args.duration, &kinds)
+        full_run_floors(args.duration, kinds.iter().map(|k| k.name()), NATIVE_RATE)
     };
     options.faults = kinds;
     options.external = external;
@@ -282,16 +325,78 @@ fn verdict(checked: Result<CheckReport, ChaosError>, dir: &Path) -> ExitCode {
     }
 }
 
+/// Acquisitions per second of faults the native run must make.
+const NATIVE_RATE: f64 = 125.0;
+/// The same on the docker testbed, lower: a crashed container sends no
+/// reset, so its node is out until TCP retransmits to the restarted host;
+/// a failover keeps the group out for the TTL plus the replica lag plus
+/// 2 s; one-way drops cost a node timeout per call. Measured 50–65 per
+/// second on this 2-core machine under load; the floor leaves room for a
+/// loaded CI machine.
+const DOCKER_RATE: f64 = 25.0;
+
 /// The targets for the full 120 s run, scaled to the duration.
-fn full_run_floors(duration: Duration, kinds: &[FaultKind]) -> Floors {
+fn full_run_floors<'a>(
+    duration: Duration,
+    kinds: impl Iterator<Item = &'a str>,
+    per_second: f64,
+) -> Floors {
     let secs = duration.as_secs_f64();
     Floors {
-        min_acquisitions: (125.0 * secs) as u64,
+        min_acquisitions: (per_second * secs) as u64,
         min_faults: (secs / 4.0) as u64,
-        required_kinds: kinds.iter().map(|k| k.name().to_string()).collect(),
+        required_kinds: kinds.map(str::to_string).collect(),
         min_during_fault_ratio: 0.25,
         unfenced_is_protected: false,
     }
+}
+
+/// `--docker`: the mix on the docker testbed. Each kind must be injected
+/// 5 times in a full run (scaled down for a shorter one, at least once).
+fn run_docker(args: MixArgs) -> ExitCode {
+    let kinds = match chosen(docker_faults::parse_list(&args.faults), &args.faults) {
+        Ok(kinds) => kinds,
+        Err(code) => return code,
+    };
+    let exe = match self_exe() {
+        Ok(exe) => exe,
+        Err(code) => return code,
+    };
+    let compose = match quorumlock_testbed::docker::Compose::testbed() {
+        Ok(compose) => compose,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let seed = args.seed.unwrap_or_else(default_seed);
+    let dir = args.out.join(run_id("docker", seed));
+    let mut base = MixOptions::new(dir, exe);
+    base.duration = args.duration;
+    base.nodes = args.nodes;
+    base.seed = seed;
+    base.workers = args.workers;
+    let (floors, min_per_kind) = if args.no_floors {
+        (Floors::none(), 0)
+    } else {
+        let per_kind = ((args.duration.as_secs_f64() / 24.0) as u64).clamp(1, 5);
+        (
+            full_run_floors(args.duration, kinds.iter().map(|k| k.name()), DOCKER_RATE),
+            per_kind,
+        )
+    };
+    base.floors = floors;
+    let options = DockerMixOptions {
+        base,
+        faults: kinds,
+        min_per_kind,
+        image: args.image,
+        keep: args.keep_up,
+    };
+    verdict(
+        docker_mix::run(&options, compose).map(|outcome| outcome.report),
+        &options.base.dir,
+    )
 }
 
 fn run_controls(names: &[String], out: &Path) -> ExitCode {

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use quorumlock::fenced::{FencedResource, Write};
 use quorumlock::{ConfigError, Error, HeldLock, LockConfig, MultiLock, Owner, Quorum, Wait};
-use quorumlock_testbed::Testbed;
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
 use quorumlock_testbed::table::{Align, Table};
 use tokio::sync::oneshot;
 
+use super::nodes::LockNodes;
 use super::watchdog::{ensure_all_up, holds_text, millis};
 use super::{
     NODES, Stats, TTL, WAIT, connect, event, kill_nodes, node_list, start_nodes, wait_out_ttl,
@@ -105,13 +105,13 @@ async fn on_node<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> Resul
 /// The fencing counter of `name` on every node (`Ok(None)`: absent;
 /// `Err`: the node is down or did not answer). Stored as
 /// `<value> <epoch id>`; this is the value.
-async fn fence_counters(testbed: &Testbed, name: &str) -> Vec<Result<Option<u64>, String>> {
+async fn fence_counters(testbed: &LockNodes, name: &str) -> Vec<Result<Option<u64>, String>> {
     let mut cmd = redis::cmd("GET");
     cmd.arg(format!("quorumlock:fence:{name}"));
     let mut out = Vec::with_capacity(testbed.len());
-    for node in testbed.nodes() {
-        out.push(if node.is_running() {
-            on_node::<Option<String>>(&node.url(), &cmd)
+    for i in 0..testbed.len() {
+        out.push(if testbed.is_running(i) {
+            on_node::<Option<String>>(&testbed.url(i), &cmd)
                 .await
                 .and_then(|raw| {
                     raw.map(|raw| {
@@ -221,7 +221,7 @@ pub(crate) struct FencingOutcome {
 /// Parts 7 and 8. A part that stops on an error is reported as failed in
 /// the summary; the other part still runs.
 pub(crate) async fn fencing_demo(
-    lock_nodes: &mut Testbed,
+    lock_nodes: &mut LockNodes,
     stats: &Stats,
     resource_url: &str,
 ) -> FencingOutcome {
@@ -263,7 +263,7 @@ pub(crate) async fn fencing_demo(
 
 /// Part 7.
 async fn fenced_part(
-    testbed: &mut Testbed,
+    testbed: &mut LockNodes,
     stats: &Stats,
     resource_url: &str,
 ) -> Result<Fencing, BoxError> {
@@ -424,7 +424,7 @@ async fn fenced_part(
     event(
         stats,
         &format!(
-            "node {RESTARTED} is back, empty (no persistence): counters {}",
+            "node {RESTARTED} is back, empty (it kept nothing): counters {}",
             counters_text(&fence_counters(testbed, FENCED_KEY).await)
         ),
     );
@@ -493,7 +493,7 @@ async fn take_turns(
 /// `key` on every node, once everything
 /// `lock` sent has run there: an acquire returns at its quorum, and a probe
 /// hold released through the same connections is queued behind the rest.
-async fn hold_counts(lock: &MultiLock, testbed: &Testbed, key: &str) -> Vec<Option<i64>> {
+async fn hold_counts(lock: &MultiLock, testbed: &LockNodes, key: &str) -> Vec<Option<i64>> {
     if let Ok(probe) = lock.try_acquire(PROBE).await {
         probe.release().await;
     }
@@ -502,13 +502,8 @@ async fn hold_counts(lock: &MultiLock, testbed: &Testbed, key: &str) -> Vec<Opti
         .arg(1)
         .arg(key);
     let mut out = Vec::with_capacity(testbed.len());
-    for node in testbed.nodes() {
-        out.push(
-            on_node::<i64>(&node.url(), &cmd)
-                .await
-                .ok()
-                .map(|n| n.max(0)),
-        );
+    for url in testbed.urls() {
+        out.push(on_node::<i64>(&url, &cmd).await.ok().map(|n| n.max(0)));
     }
     out
 }
@@ -523,7 +518,7 @@ fn counts_text(counts: &[Option<i64>]) -> String {
 
 /// Part 8.
 async fn nested_part(
-    testbed: &mut Testbed,
+    testbed: &mut LockNodes,
     stats: &Stats,
     resource_url: &str,
 ) -> Result<Nested, BoxError> {
@@ -598,8 +593,8 @@ async fn nested_part(
     let mut exists = redis::cmd("EXISTS");
     exists.arg(LEDGER);
     let mut ledger_left = 0;
-    for node in testbed.nodes() {
-        if on_node::<i64>(&node.url(), &exists).await != Ok(0) {
+    for url in testbed.urls() {
+        if on_node::<i64>(&url, &exists).await != Ok(0) {
             ledger_left += 1;
         }
     }
@@ -830,7 +825,7 @@ async fn sampler(
 /// The transfer workers (one client each), the sampler, and the checks of
 /// the final state.
 async fn run_transfers(
-    testbed: &Testbed,
+    testbed: &LockNodes,
     stats: &Stats,
     resource_url: &str,
     names: &[String],
@@ -905,8 +900,8 @@ async fn run_transfers(
     let mut exists = redis::cmd("EXISTS");
     exists.arg(names);
     let mut keys_left = 0;
-    for node in testbed.nodes() {
-        match on_node::<usize>(&node.url(), &exists).await {
+    for url in testbed.urls() {
+        match on_node::<usize>(&url, &exists).await {
             Ok(n) => keys_left += n,
             Err(_) => keys_left += names.len(),
         }

@@ -14,7 +14,7 @@
 //!    since they died: the lock works again.
 //!
 //! Then the watchdog, on fresh keys, once all 5 nodes run:
-//! 5. long job: a holder with the watchdog works for 3 × the TTL while a
+//! 5. long job: a holder with the watchdog works for 5 × the TTL while a
 //!    contender (another client, no watchdog) calls `try_acquire` the whole
 //!    time and never wins. A node is killed under the job and rejoins empty
 //!    after the TTL; the watchdog re-takes the key there with the holder's
@@ -53,13 +53,16 @@ use quorumlock::{
     ConfigError, Error, LockConfig, MultiLock, NodeErrorKind, NodeReports, Quorum, RetryPolicy,
     Wait,
 };
+use quorumlock_testbed::docker::{Compose, Deployment, LOCAL_IMAGE};
 use quorumlock_testbed::redis::{self, aio::MultiplexedConnection};
 use quorumlock_testbed::table::{Align, Table};
 use quorumlock_testbed::{Testbed, TestbedError};
 
 mod fencing;
+mod nodes;
 mod watchdog;
 use fencing::{fencing_demo, fencing_summary};
+use nodes::LockNodes;
 use watchdog::{watchdog_demo, watchdog_summary};
 
 /// Lock nodes.
@@ -412,19 +415,19 @@ async fn progress(mut resource: MultiplexedConnection, stats: Arc<Stats>) {
 }
 
 /// Kills the given lock nodes with SIGKILL (blocking: waits until reaped).
-fn kill_nodes(testbed: &mut Testbed, nodes: &[usize]) -> Result<(), TestbedError> {
-    tokio::task::block_in_place(|| nodes.iter().try_for_each(|&i| testbed.node_mut(i).kill()))
+fn kill_nodes(testbed: &mut LockNodes, nodes: &[usize]) -> Result<(), TestbedError> {
+    tokio::task::block_in_place(|| nodes.iter().try_for_each(|&i| testbed.kill(i)))
 }
 
 /// Starts the given lock nodes again on their ports (blocking: waits for PING).
-fn start_nodes(testbed: &mut Testbed, nodes: &[usize]) -> Result<(), TestbedError> {
-    tokio::task::block_in_place(|| nodes.iter().try_for_each(|&i| testbed.node_mut(i).start()))
+fn start_nodes(testbed: &mut LockNodes, nodes: &[usize]) -> Result<(), TestbedError> {
+    tokio::task::block_in_place(|| nodes.iter().try_for_each(|&i| testbed.start_empty(i)))
 }
 
-fn node_list(testbed: &Testbed, nodes: &[usize]) -> String {
+fn node_list(testbed: &LockNodes, nodes: &[usize]) -> String {
     nodes
         .iter()
-        .map(|&i| format!("node {i} (port {})", testbed.node(i).port()))
+        .map(|&i| testbed.label(i))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -449,7 +452,7 @@ fn lock_config(urls: Vec<String>, watchdog: bool) -> Result<LockConfig, ConfigEr
 /// (delayed restart rule).
 /// Waits out the quarantine of nodes just restarted: they cast no vote
 /// until it has passed (the library's default quarantine: the TTL).
-async fn wait_out_quarantine(stats: &Stats, testbed: &Testbed, nodes: &[usize]) {
+async fn wait_out_quarantine(stats: &Stats, testbed: &LockNodes, nodes: &[usize]) {
     event(
         stats,
         &format!(
@@ -479,13 +482,91 @@ async fn wait_out_ttl(stats: &Stats, down_since: Instant) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
+    let mut docker = false;
+    let mut keep_up = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--docker" => docker = true,
+            "--keep-up" => keep_up = true,
+            _ => {
+                eprintln!("usage: demo [--docker [--keep-up]]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let result = if docker {
+        run_docker(keep_up).await
+    } else {
+        run_local().await
+    };
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(error) => {
             eprintln!("demo: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The demo on five local nodes it starts (and stops).
+async fn run_local() -> Result<bool, Box<dyn std::error::Error>> {
+    let local = Testbed::start(NODES)?;
+    let resource_server = Testbed::start(1)?;
+    // The demo's nodes end with what its killed workers left, on purpose.
+    local.skip_leftover_check();
+    resource_server.skip_leftover_check();
+    let lock_nodes = LockNodes::Local(local);
+    run(lock_nodes, resource_server.node(0).url(), false).await
+}
+
+/// The demo on the docker testbed: brought up if it is not (with the
+/// locally built image unless QUORUMLOCK_REDIS_IMAGE names another), and
+/// down again afterwards unless `keep_up`.
+async fn run_docker(keep_up: bool) -> Result<bool, Box<dyn std::error::Error>> {
+    let deployment = tokio::task::block_in_place(|| {
+        let compose = Compose::testbed()?;
+        println!(
+            "docker testbed: {} (healthy, or brought up)",
+            compose.shown()
+        );
+        Deployment::up(compose, LOCAL_IMAGE, Duration::from_secs(180))
+    })?;
+    let result = run(
+        LockNodes::docker(&deployment),
+        deployment.resource.url(),
+        true,
+    )
+    .await;
+    if deployment.started_here() && !keep_up {
+        println!("docker testbed: taking the deployment down");
+        tokio::task::block_in_place(|| deployment.down())?;
+    }
+    result
+}
+
+/// Adopts the nodes that are brand new and empty (a deployment just
+/// brought up), so that they vote at once; the others keep the epoch they
+/// have, and a node met with no history waits out its quarantine.
+async fn adopt_nodes(lock: &MultiLock, nodes: &LockNodes) {
+    let adopted: Vec<bool> = lock
+        .adopt_empty_nodes()
+        .await
+        .iter()
+        .map(Result::is_ok)
+        .collect();
+    let fresh: Vec<usize> = (0..adopted.len()).filter(|&i| adopted[i]).collect();
+    println!(
+        "  adopted as brand-new, empty nodes (adopt_empty_nodes): {}",
+        if fresh.is_empty() {
+            "none (they have data: their epochs stand)".to_string()
+        } else {
+            node_list(nodes, &fresh)
+        }
+    );
+    if fresh.len() < adopted.len() {
+        // A node met with no history, not adopted, is quarantined.
+        tokio::time::sleep(TTL + Duration::from_millis(50)).await;
     }
 }
 
@@ -505,14 +586,11 @@ async fn connect(lock: &MultiLock) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-async fn run() -> Result<bool, Box<dyn std::error::Error>> {
-    let mut lock_nodes = Testbed::start(NODES)?;
-    let resource_server = Testbed::start(1)?;
-    // The demo's nodes end with what its killed workers left, on purpose.
-    lock_nodes.skip_leftover_check();
-    resource_server.skip_leftover_check();
-    let resource_url = resource_server.node(0).url();
-
+async fn run(
+    mut lock_nodes: LockNodes,
+    resource_url: String,
+    adopt: bool,
+) -> Result<bool, Box<dyn std::error::Error>> {
     let config = lock_config(lock_nodes.urls(), false)?;
     let required = config.required_nodes();
     let node_timeout = config.node_timeout();
@@ -525,7 +603,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         "  The lock needs a majority ({required} of {NODES}) of independent Redis masters; TTL {TTL:?}, node timeout {node_timeout:?}, wait budget per acquire {WAIT:?}."
     );
     println!();
-    println!("  lock nodes (no persistence):");
+    println!("  lock nodes ({}):", lock_nodes.kind());
     for (i, url) in lock_nodes.urls().iter().enumerate() {
         println!("    node {i}  {url}");
     }
@@ -535,6 +613,9 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
 
     let lock = MultiLock::new(config);
     connect(&lock).await?;
+    if adopt {
+        adopt_nodes(&lock, &lock_nodes).await;
+    }
 
     let client = redis::Client::open(resource_url.as_str())?;
     let mut resource = client.get_multiplexed_async_connection().await?;

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use quorumlock::{Error, HeldLock, Hold, LossNotice, LostReason, MultiLock, Renewal, Stamp, Wait};
+use quorumlock_testbed::TestbedError;
 use quorumlock_testbed::table::{Align, Table};
-use quorumlock_testbed::{Testbed, TestbedError};
 use tokio::sync::oneshot;
 
+use super::nodes::LockNodes;
 use super::{
     NODES, Stats, TTL, WAIT, connect, event, kill_nodes, kind_name, lock_config, node_list,
     start_nodes, wait_out_quarantine, wait_out_ttl,
@@ -19,9 +20,10 @@ use super::{
 /// The watchdog part's locks: fresh keys, never touched by the phases.
 const LONG_JOB_KEY: &str = "demo:watchdog:long-job";
 const LOST_KEY: &str = "demo:watchdog:lost";
-/// How long the long job works: 3 × the TTL, so it only keeps the lock
+/// How long the long job works: 5 × the TTL (room for a container to
+/// restart and be healed on the docker testbed), so it only keeps the lock
 /// because the watchdog renews it.
-const JOB_LENGTH: Duration = TTL.saturating_mul(3);
+const JOB_LENGTH: Duration = TTL.saturating_mul(5);
 /// The node killed under the long job, which rejoins empty.
 const RESTARTED: usize = 3;
 /// The nodes killed under the second job: no quorum left.
@@ -204,11 +206,11 @@ fn key_text(found: &Result<Option<String>, String>, token: &str) -> String {
 /// the TTL has passed (delayed restart rule); when it died is unknown, so
 /// the TTL counts from now.
 pub(crate) async fn ensure_all_up(
-    testbed: &mut Testbed,
+    testbed: &mut LockNodes,
     stats: &Stats,
 ) -> Result<(), TestbedError> {
     let down: Vec<usize> = (0..testbed.len())
-        .filter(|&i| !testbed.node(i).is_running())
+        .filter(|&i| !testbed.is_running(i))
         .collect();
     if down.is_empty() {
         event(stats, &format!("all {NODES} lock nodes running"));
@@ -230,7 +232,7 @@ pub(crate) async fn ensure_all_up(
 
 /// Parts 5 and 6.
 pub(crate) async fn watchdog_demo(
-    lock_nodes: &mut Testbed,
+    lock_nodes: &mut LockNodes,
     stats: &Stats,
 ) -> Result<WatchdogOutcome, Box<dyn std::error::Error>> {
     let holder = MultiLock::new(lock_config(lock_nodes.urls(), true)?);
@@ -266,7 +268,7 @@ pub(crate) async fn watchdog_demo(
 /// Part 5: the long job, its contender, a node killed under it that rejoins
 /// empty and is healed, and the contender's win after the release.
 async fn long_job(
-    testbed: &mut Testbed,
+    testbed: &mut LockNodes,
     stats: &Stats,
     holder: &MultiLock,
     contender_lock: &MultiLock,
@@ -274,7 +276,7 @@ async fn long_job(
     event(
         stats,
         &format!(
-            "part \"long job\": run_exclusive({LONG_JOB_KEY:?}) works {:.1}s (3 × TTL) while a contender",
+            "part \"long job\": run_exclusive({LONG_JOB_KEY:?}) works {:.1}s (5 × TTL) while a contender",
             JOB_LENGTH.as_secs_f64()
         ),
     );
@@ -408,7 +410,7 @@ async fn long_job_work(
 /// lock, kills a node after the first renewal, restarts it empty once the
 /// TTL has passed, and waits until the watchdog has re-taken the key there.
 async fn long_job_control(
-    testbed: &mut Testbed,
+    testbed: &mut LockNodes,
     stats: &Stats,
     contender_lock: &MultiLock,
     contender: &Arc<Contender>,
@@ -439,7 +441,7 @@ async fn long_job_control(
     wait_out_ttl(stats, killed_at).await;
     start_nodes(testbed, &[RESTARTED])?;
     let back_at = Instant::now();
-    let url = testbed.node(RESTARTED).url();
+    let url = testbed.url(RESTARTED);
     let found = read_key(&url, LONG_JOB_KEY).await;
     event(
         stats,
@@ -491,7 +493,7 @@ async fn long_job_control(
 
 /// Part 6: a `run_exclusive` job that loses its quorum.
 async fn lost_job(
-    testbed: &mut Testbed,
+    testbed: &mut LockNodes,
     stats: &Stats,
     holder: &MultiLock,
 ) -> Result<LostJob, Box<dyn std::error::Error>> {
@@ -602,7 +604,7 @@ async fn lost_job_work(
 /// (bounded) for `lost()`. Returns when the nodes were killed and the
 /// notice, or `None` if the job never got the lock.
 async fn lost_job_control(
-    testbed: &mut Testbed,
+    testbed: &mut LockNodes,
     stats: &Stats,
     handed: oneshot::Receiver<HeldLock>,
     settle: Duration,
@@ -701,7 +703,7 @@ pub(crate) fn watchdog_summary(w: &WatchdogOutcome) -> bool {
         }
     };
     check(
-        "long job held the lock for 3 × TTL and finished",
+        "long job held the lock for 5 × TTL and finished",
         w.long_job.result.as_ref().err().map(ToString::to_string),
     );
     check(

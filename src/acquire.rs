@@ -34,6 +34,42 @@ use crate::stats::bump;
 use crate::telemetry::{self, Outcome};
 use crate::wake::HandoffEvent;
 
+/// The rollback of an attempt dropped before it decided: every node its
+/// write reached gets the release, in a task of its own (DESIGN rule 12:
+/// nothing that undoes a write is dropped, the caller's own timeout
+/// included). Disarmed once the attempt decides: `decide` then keeps the
+/// guard or rolls back itself.
+struct RollbackOnDrop(Option<(Arc<crate::core::Core>, Entry, Duration)>);
+
+impl RollbackOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+
+    /// Runs the decision; a drop from here on is `decide`'s to undo (its
+    /// own rollback is an `Undo`, and a guard releases on drop).
+    async fn until<T>(self, decide: impl std::future::Future<Output = T>) -> T {
+        self.disarm();
+        decide.await
+    }
+}
+
+impl Drop for RollbackOnDrop {
+    fn drop(&mut self) {
+        let Some((core, entry, ttl)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
+                (0..core.nodes.len()).map(|_| None).collect();
+            release::rollback(&core, &entry, &nothing, ttl).await;
+        });
+    }
+}
+
 /// What to acquire: the names, and as whom.
 pub(crate) struct Request {
     pub(crate) keys: Arc<KeySet>,
@@ -142,6 +178,9 @@ impl Services {
     ) -> Result<LockGuard, Error> {
         let core = &self.core;
         let entry = request.entry(core.nodes.len());
+        // Dropped before it decides (a caller's timeout), the attempt still
+        // rolls back what it wrote.
+        let undo = RollbackOnDrop(Some((Arc::clone(core), entry.clone(), request.ttl)));
         let ttl_ms = ttl_millis(request.ttl);
         bump(&core.counters.attempts);
         let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
@@ -157,6 +196,7 @@ impl Services {
                 // Refused (held, or waiters queue ahead): nothing was
                 // written anywhere.
                 Ok(Ok(reply)) if reply.refused().is_some() => {
+                    undo.disarm();
                     let pttl = reply.refused().flatten();
                     round.record(gate, Ok(reply), AcquireReply::vote);
                     round.finish(End::Decided);
@@ -165,7 +205,7 @@ impl Services {
                 Ok(reply) => {
                     if round.record(gate, reply, AcquireReply::vote) {
                         round.finish(End::Decided);
-                        return self.decide(request, entry, &mut round).await;
+                        return undo.until(self.decide(request, entry, &mut round)).await;
                     }
                 }
                 // No answer in time: the gate's call was dropped, and its
@@ -190,7 +230,7 @@ impl Services {
             cutoff.pass();
             unfinished.finish_in_background(core.background_bound(), "acquire");
         }
-        self.decide(request, entry, &mut round).await
+        undo.until(self.decide(request, entry, &mut round)).await
     }
 
     /// The refusal of an attempt that the gate turned away: contended, and

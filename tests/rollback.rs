@@ -157,18 +157,18 @@ async fn a_win_that_comes_too_late_is_rolled_back() {
     }
 }
 
-/// Cancel safety (DESIGN.md, safety rule 6): an acquire dropped mid-flight
-/// leaves no guard, and at most keys that expire by their own TTL. With
-/// `Quorum::All` and a paused node, the attempt cannot decide before its
-/// 200 ms node timeout, so a 20 ms caller timeout drops it while the live
-/// nodes already hold its key.
+/// Cancel safety (DESIGN.md, safety rules 6 and 12): an acquire dropped
+/// mid-flight leaves no guard, and what it wrote is rolled back, not left
+/// to its TTL. With `Quorum::All` and a paused node, the attempt cannot
+/// decide before its 200 ms node timeout, so a 20 ms caller timeout drops
+/// it while the live nodes already hold its key; the paused node gets its
+/// rollback queued behind the acquire, and runs both when it resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_acquire_leaks_only_keys_that_expire() {
+async fn a_dropped_acquire_is_rolled_back_on_every_node_it_reached() {
     let mut testbed = Testbed::start(3).expect("testbed");
-    let ttl = Duration::from_secs(2);
     let lock = common::connected(common::lock_with(&testbed, |b| {
         b.quorum(Quorum::All)
-            .ttl(ttl)
+            .ttl(Duration::from_secs(30))
             .node_timeout(Duration::from_millis(200))
     }))
     .await;
@@ -178,22 +178,57 @@ async fn a_dropped_acquire_leaks_only_keys_that_expire() {
         dropped.is_err(),
         "the attempt was still waiting for the paused node"
     );
-
-    // The acquire may have run on the live nodes (if it was written before
-    // the drop) or not at all; either way no key without a TTL is left.
-    for node in &testbed.nodes()[..2] {
-        let pttl = common::pttl_on(node, "cancel");
-        assert!(
-            pttl == -2 || (0..=ttl.as_millis() as i64).contains(&pttl),
-            "{}: pttl {pttl}",
-            node.url()
-        );
-    }
+    // Far sooner than the 30 s TTL.
+    common::wait_for(
+        "the live nodes to drop the dropped attempt's key",
+        Duration::from_secs(5),
+        || {
+            testbed.nodes()[..2]
+                .iter()
+                .all(|n| common::value_on(n, "cancel").is_none())
+        },
+    )
+    .await;
     testbed.node_mut(2).resume().expect("resume");
-    common::wait_until_gone(&testbed, "cancel", "the leaked keys to expire").await;
-    lock.acquire("cancel", Wait::up_to(Duration::from_secs(5)))
+    common::wait_until_gone(&testbed, "cancel", "the paused node ran the rollback").await;
+    lock.try_acquire("cancel")
         .await
-        .expect("free again once the leaked keys expired")
+        .expect("free again at once")
         .release()
         .await;
+}
+
+/// Issue 27's measurement: on fresh nodes every attempt loses to their
+/// quarantine, and one node is stopped for a whole 2 s wait (a few dozen
+/// attempts, each writing to it before it is judged silent, and each
+/// rolled back). Once it resumes and drains, no name keeps a key on it
+/// (11 of 12 did when a rollback waiting past its bound was dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollbacks_queued_for_a_stopped_node_all_run_when_it_resumes() {
+    let mut testbed = Testbed::start_unadopted(5).expect("testbed");
+    let lock = common::connected(common::lock_with(&testbed, |b| {
+        b.ttl(Duration::from_secs(30))
+            .node_timeout(Duration::from_millis(50))
+    }))
+    .await;
+    testbed.node_mut(4).pause().expect("pause");
+    let names: Vec<String> = (0..12).map(|i| format!("stopped-{i}")).collect();
+    let outcomes = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| lock.acquire(name, Wait::up_to(Duration::from_secs(2)))),
+    )
+    .await;
+    for (name, outcome) in names.iter().zip(outcomes) {
+        assert!(outcome.is_err(), "{name}: quarantined nodes cast no vote");
+    }
+    let written = names
+        .iter()
+        .filter(|n| common::value_on(testbed.node(0), n).is_some())
+        .count();
+    assert_eq!(written, 0, "the live nodes were rolled back at once");
+    testbed.node_mut(4).resume().expect("resume");
+    for name in &names {
+        common::wait_until_gone(&testbed, name, "the resumed node ran every rollback").await;
+    }
 }

@@ -475,7 +475,7 @@ impl HeldLock {
     /// # Cancel safety
     ///
     /// As for [`MultiLock::try_acquire`](crate::MultiLock::try_acquire):
-    /// dropping the future leaks at most an entry that expires by its TTL
+    /// dropping the future gives back what it wrote, in a task of its own
     /// (the outer hold keeps the key meanwhile anyway).
     pub async fn reenter(&self) -> Result<LockGuard, Error> {
         let lease = &self.lease;

@@ -391,8 +391,11 @@ impl MultiLock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before it completes leaks at most keys that
-    /// expire by their TTL; no guard believes it holds them.
+    /// Dropping the future before it completes leaves no guard, and what
+    /// the attempt wrote is rolled back in a task of its own, like any
+    /// rollback (it waits for a paused node, and is sent again to a node
+    /// that was down, until the key's TTL). Without a Tokio runtime left to
+    /// run it, the keys expire by their TTL.
     pub async fn try_acquire(&self, key: &str) -> Result<LockGuard, Error> {
         self.acquire_request(self.request(&[key], None)?, None)
             .await

@@ -1,14 +1,21 @@
 //! `quorumlock release --force`: an operator's release of a name, whatever
 //! its owner.
 
-use quorumlock::MultiLock;
+use quorumlock::{Error, MultiLock};
 
 use crate::args::{ReleaseArgs, exit};
 use crate::nodes::{Failure, Settings};
 
 pub async fn release(settings: &Settings, args: ReleaseArgs) -> Result<u8, Failure> {
     let lock = MultiLock::new(settings.config(settings.builder(None))?);
-    let results = lock.force_release(&args.name).await;
+    let results = lock.force_release(&args.name).await.map_err(|e| {
+        let code = match e {
+            // A reserved name: the error names it.
+            Error::InvalidKey { .. } => exit::USAGE,
+            _ => exit::UNAVAILABLE,
+        };
+        Failure::new(code, e.to_string())
+    })?;
     let mut failed = 0;
     for (node, result) in lock.config().node_urls().zip(&results) {
         match result {

@@ -195,7 +195,8 @@ fn a_child_that_ignores_sigterm_is_killed_after_kill_after() {
             .build()
             .expect("config");
         MultiLock::new(config).force_release("stubborn").await
-    });
+    })
+    .expect("a lock name");
     assert_eq!(code(running.wait_within(Duration::from_secs(15))), 76);
 }
 

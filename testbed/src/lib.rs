@@ -60,6 +60,7 @@ pub mod fakeclock;
 pub mod hostile;
 mod node;
 mod options;
+pub mod pki;
 pub mod proxy;
 pub mod sentinel;
 pub mod table;

@@ -15,11 +15,12 @@ pub mod exit {
     /// The lock was lost while the command ran: it was sent SIGTERM (then
     /// SIGKILL after `--kill-after`).
     pub const LOST: u8 = 76;
-    /// Bad flags or arguments. EX_USAGE.
+    /// Bad flags or arguments, including a bad `--nodes` /
+    /// `QUORUMLOCK_NODES` value. EX_USAGE.
     pub const USAGE: u8 = 64;
     /// Too few nodes answered to decide. EX_UNAVAILABLE.
     pub const UNAVAILABLE: u8 = 69;
-    /// A bad configuration value or file. EX_CONFIG.
+    /// A bad `--config` file. EX_CONFIG.
     pub const CONFIG: u8 = 78;
     /// The command could not be started (as a shell's 127 / 126).
     pub const NOT_FOUND: u8 = 127;
@@ -30,15 +31,18 @@ pub mod exit {
 
 const AFTER_HELP: &str = "\
 Nodes come from --nodes, else QUORUMLOCK_NODES, else the `nodes` of the --config file.
-Durations: 30s, 1500ms, 2m, 1h 30m.
+A password in --nodes is visible to every user of this host (ps, /proc): prefer
+QUORUMLOCK_NODES or a --config file only you can read. rediss:// nodes are checked
+against the webpki roots (public CAs), or the CA of --tls-ca.
+Durations: 30 (seconds), 1.5, 30s, 1500ms, 2m, 1h 30m.
 
 Exit codes of `run`:
   the command's own status   it ran under the lock (128+N if killed by signal N)
   75                         the name is held elsewhere (--conflict-exit-code)
   76                         the lock was lost while the command ran; it was signalled
   69                         too few nodes answered
-  64                         bad flags or arguments
-  78                         bad configuration
+  64                         bad flags or arguments, a bad --nodes or QUORUMLOCK_NODES
+  78                         a bad --config file
   126, 127                   the command could not be executed, or was not found";
 
 /// Distributed locks across N independent Redis masters: run a command
@@ -56,7 +60,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct NodeArgs {
     /// The nodes: comma-separated redis:// (or rediss://) URLs, one per
-    /// independent master.
+    /// independent master. A password here shows in the process list:
+    /// prefer QUORUMLOCK_NODES or --config.
     #[arg(
         long,
         global = true,
@@ -66,9 +71,20 @@ pub struct NodeArgs {
     )]
     pub nodes: Vec<String>,
     /// A TOML file with `nodes = ["redis://…", …]` and optional `ttl`,
-    /// `quarantine` (durations as strings).
+    /// `quarantine` (durations: "30s", or a number of seconds) and
+    /// `tls_ca` (a path, relative to the file).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// A PEM file with the CA that signed the rediss:// nodes'
+    /// certificates (default: the webpki roots, public CAs).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_TLS_CA",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,7 +116,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Wait at most this long for the name (default: wait until it is
-    /// free).
+    /// free). A bare number is seconds, as for flock -w.
     #[arg(long, short = 'w', value_parser = duration, value_name = "DURATION", conflicts_with = "nonblock")]
     pub wait: Option<Duration>,
     /// Do not wait: one attempt, and exit with the conflict code if the
@@ -154,7 +170,46 @@ pub struct ReleaseArgs {
     pub name: String,
 }
 
-/// A duration like `30s` or `1500ms`; the error names the value.
+/// A duration like `30s`, `1500ms`, or a bare number of seconds (`30`,
+/// `1.5`, as flock(1) takes them); the error names the value.
 pub fn duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("invalid duration {text:?}: {e}"))
+    let trimmed = text.trim();
+    if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return trimmed
+            .parse::<f64>()
+            .ok()
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .ok_or_else(|| format!("invalid duration {text:?}: not a number of seconds"));
+    }
+    humantime::parse_duration(trimmed).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_numbers_are_seconds() {
+        assert_eq!(duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration("0"), Ok(Duration::ZERO));
+        assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration("1500ms"), Ok(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn bad_durations_name_the_value() {
+        for bad in [
+            "",
+            "1.2.3",
+            ".",
+            "3x",
+            "-1",
+            "1e999",
+            "99999999999999999999999",
+        ] {
+            let error = duration(bad).expect_err(bad);
+            assert!(error.contains(&format!("{bad:?}")), "{error}");
+        }
+    }
 }

@@ -11,13 +11,22 @@ use quorumlock::redis::{self, Client};
 pub const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A node's connection and how long connecting took, or why it failed.
-pub async fn connect(url: &str) -> Result<(MultiplexedConnection, Duration), String> {
+pub async fn connect(
+    client: Result<Client, String>,
+) -> Result<(MultiplexedConnection, Duration), String> {
+    connect_within(client, TIMEOUT).await
+}
+
+async fn connect_within(
+    client: Result<Client, String>,
+    limit: Duration,
+) -> Result<(MultiplexedConnection, Duration), String> {
     let began = Instant::now();
-    let client = Client::open(url).map_err(|e| e.to_string())?;
-    match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
+    let client = client?;
+    match tokio::time::timeout(limit, client.get_multiplexed_async_connection()).await {
         Ok(Ok(conn)) => Ok((conn, began.elapsed())),
         Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no connection within {} s", TIMEOUT.as_secs())),
+        Err(_) => Err(format!("no connection within {:.1} s", limit.as_secs_f64())),
     }
 }
 
@@ -33,8 +42,11 @@ pub async fn query<T: redis::FromRedisValue>(
     }
 }
 
-/// The server's clock in ms, from `TIME`.
+/// The server's clock in ms, from `TIME` (a value no clock has is an
+/// error, not an overflow).
 pub async fn server_time_ms(conn: &mut MultiplexedConnection) -> Result<i64, String> {
     let (secs, micros): (i64, i64) = query(conn, &redis::cmd("TIME")).await?;
-    Ok(secs * 1000 + micros / 1000)
+    secs.checked_mul(1000)
+        .and_then(|ms| ms.checked_add(micros / 1000))
+        .ok_or_else(|| format!("TIME answered {secs} s {micros} µs: not a clock"))
 }

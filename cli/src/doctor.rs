@@ -72,7 +72,7 @@ const NEEDED: &[&[&str]] = &[
 ];
 
 pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure> {
-    let config = settings.config(settings.builder(None))?;
+    let config = settings.config()?;
     let shown: Vec<String> = config.node_urls().map(str::to_owned).collect();
     let mut findings = Vec::new();
     let mut seen = Vec::new();
@@ -85,7 +85,7 @@ pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure
                 message,
             })
         };
-        let mut conn = match connect(url).await {
+        let mut conn = match connect(settings.client(url)).await {
             Ok((conn, _)) => conn,
             Err(error) => {
                 add(

@@ -13,14 +13,18 @@ mod status;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::args::{Cli, Command, exit};
 use crate::nodes::Settings;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) => {
             // --help and --version print and succeed; the rest are usage errors.
             let code = if error.use_stderr() { exit::USAGE } else { 0 };
@@ -38,8 +42,10 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::UNAVAILABLE);
         }
     };
+    let from_command_line = matches.value_source("nodes") == Some(ValueSource::CommandLine);
     let outcome = runtime.block_on(async {
-        let settings = Settings::resolve(&cli.nodes)?;
+        let settings = Settings::resolve(&cli.nodes, from_command_line)?;
+        nodes::warn_if_password_in_argv(&settings);
         match cli.command {
             Command::Run(args) => run::run(&settings, args).await,
             Command::Status(args) => status::status(&settings, args).await,

@@ -7,7 +7,11 @@ use crate::args::{ReleaseArgs, exit};
 use crate::nodes::{Failure, Settings};
 
 pub async fn release(settings: &Settings, args: ReleaseArgs) -> Result<u8, Failure> {
-    let lock = MultiLock::new(settings.config(settings.builder(None))?);
+    let lock = MultiLock::new(settings.config()?);
+    // Connected first (bounded by the connect timeout): the release's own
+    // calls have only the node timeout, which a fresh connection (TLS, a
+    // distant node) can take up by itself.
+    lock.warm_up().await;
     let results = lock.force_release(&args.name).await.map_err(|e| {
         let code = match e {
             // A reserved name: the error names it.

@@ -50,11 +50,14 @@ impl Signals {
 
 /// Runs the command; returns the exit code.
 pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
-    let mut builder = settings.builder(args.ttl).watchdog(true);
-    if let Some(max) = args.max_hold {
-        builder = builder.max_hold(max);
-    }
-    let lock = MultiLock::new(settings.config(builder)?);
+    let builder = settings.builder(args.ttl)?.map(|b| {
+        let b = b.watchdog(true);
+        match args.max_hold {
+            Some(max) => b.max_hold(max),
+            None => b,
+        }
+    });
+    let lock = MultiLock::new(builder.build()?);
     let mut signals = Signals::install()?;
     let acquired = tokio::select! {
         acquired = acquire(&lock, &args) => acquired,
@@ -98,6 +101,10 @@ pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
 }
 
 async fn acquire(lock: &MultiLock, args: &RunArgs) -> Result<LockGuard, Error> {
+    // Connected first (bounded by the connect timeout): a fresh process
+    // must not spend its one `--nonblock` attempt's node timeout on
+    // connecting. A node that fails here fails the attempt, which says so.
+    lock.warm_up().await;
     if args.nonblock {
         return lock.try_acquire(&args.name).await;
     }

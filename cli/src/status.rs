@@ -41,12 +41,12 @@ struct Epoch {
 }
 
 pub async fn status(settings: &Settings, args: StatusArgs) -> Result<u8, Failure> {
-    let config = settings.config(settings.builder(None))?;
+    let config = settings.config()?;
     let quarantine = config.quarantine();
     let shown: Vec<String> = config.node_urls().map(str::to_owned).collect();
     let mut rows = Vec::new();
     for (url, node) in settings.nodes.iter().zip(&shown) {
-        let conn = connect(url).await;
+        let conn = connect(settings.client(url)).await;
         for name in &args.names {
             let row = match &conn {
                 Ok((conn, _)) => read(conn.clone(), name, quarantine)

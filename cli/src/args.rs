@@ -16,7 +16,7 @@ pub mod exit {
     /// SIGKILL after `--kill-after`).
     pub const LOST: u8 = 76;
     /// Bad flags or arguments, including a bad `--nodes` /
-    /// `QUORUMLOCK_NODES` value. EX_USAGE.
+    /// `QUORUMLOCK_NODES` value and a reserved name. EX_USAGE.
     pub const USAGE: u8 = 64;
     /// Too few nodes answered to decide. EX_UNAVAILABLE.
     pub const UNAVAILABLE: u8 = 69;
@@ -41,7 +41,8 @@ Exit codes of `run`:
   75                         the name is held elsewhere (--conflict-exit-code)
   76                         the lock was lost while the command ran; it was signalled
   69                         too few nodes answered
-  64                         bad flags or arguments, a bad --nodes or QUORUMLOCK_NODES
+  64                         bad flags or arguments, a bad --nodes or QUORUMLOCK_NODES,
+                             a reserved name
   78                         a bad --config file
   126, 127                   the command could not be executed, or was not found";
 
@@ -102,7 +103,8 @@ pub enum Command {
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
     /// Show, per node, who holds each NAME: owner, hold count, time to
-    /// live, fencing counter, and the node's epoch and quarantine.
+    /// live, fencing counter, and the node's epoch and quarantine. Without
+    /// names, the names held on any node (found with a bounded SCAN).
     Status(StatusArgs),
     /// Check every node: reachability and round trip, server version,
     /// persistence, maxmemory-policy, clock offsets, ACL permissions, TLS.
@@ -149,8 +151,10 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// The lock names.
-    #[arg(required = true)]
+    /// Without names: list at most this many held names.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub limit: usize,
+    /// The lock names (none: the names held on any node).
     pub names: Vec<String>,
 }
 

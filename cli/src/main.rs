@@ -9,6 +9,7 @@ mod doctor;
 mod nodes;
 mod release;
 mod run;
+mod shown;
 mod status;
 
 use std::process::ExitCode;
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("quorumlock: {failure}");
+            eprintln!("{}", shown::line(&format!("quorumlock: {failure}")));
             ExitCode::from(failure.code)
         }
     }

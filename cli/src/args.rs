@@ -25,8 +25,8 @@ pub mod exit {
     /// The command could not be started (as a shell's 127 / 126).
     pub const NOT_FOUND: u8 = 127;
     pub const NOT_EXECUTABLE: u8 = 126;
-    /// `doctor` found an error.
-    pub const DOCTOR_ERRORS: u8 = 1;
+    /// `doctor` found an error, or `adopt` left a node unadopted.
+    pub const FINDINGS: u8 = 1;
 }
 
 const AFTER_HELP: &str = "\
@@ -44,7 +44,8 @@ Exit codes of `run`:
   64                         bad flags or arguments, a bad --nodes or QUORUMLOCK_NODES,
                              a reserved name
   78                         a bad --config file
-  126, 127                   the command could not be executed, or was not found";
+  126, 127                   the command could not be executed, or was not found
+  1                          `doctor` found an error; `adopt` left a node unadopted";
 
 /// Distributed locks across N independent Redis masters: run a command
 /// under a lock (a distributed flock), see who holds a name, check nodes.
@@ -113,6 +114,11 @@ pub enum Command {
     /// Release NAME on every node whatever its owner (an operator's tool:
     /// the holder learns at its next renewal).
     Release(ReleaseArgs),
+    /// Let brand-new, empty servers vote at once instead of after the
+    /// quarantine. Only for servers that never held this deployment's
+    /// locks: see the warning it prints. Exits with 1 if a node was not
+    /// adopted.
+    Adopt(AdoptArgs),
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +178,14 @@ pub struct ReleaseArgs {
     pub force: bool,
     /// The lock name.
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AdoptArgs {
+    /// Required: the operator's word that every node is a brand-new server
+    /// that never held this deployment's locks.
+    #[arg(long)]
+    pub confirm_new_servers: bool,
 }
 
 /// A duration like `30s`, `1500ms`, or a bare number of seconds (`30`,

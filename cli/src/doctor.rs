@@ -130,7 +130,7 @@ pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure
         }
     }
     Ok(if worst == Severity::Error {
-        exit::DOCTOR_ERRORS
+        exit::FINDINGS
     } else {
         0
     })

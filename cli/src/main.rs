@@ -3,6 +3,7 @@
 //! `quorumlock --help`.
 #![forbid(unsafe_code)]
 
+mod adopt;
 mod args;
 mod connect;
 mod doctor;
@@ -13,6 +14,7 @@ mod shown;
 mod status;
 
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
@@ -52,8 +54,10 @@ fn main() -> ExitCode {
             Command::Status(args) => status::status(&settings, args).await,
             Command::Doctor(args) => doctor::doctor(&settings, args).await,
             Command::Release(args) => release::release(&settings, args).await,
+            Command::Adopt(args) => adopt::adopt(&settings, args).await,
         }
     });
+    finish_background_work(&runtime);
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
@@ -61,4 +65,22 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// The longest the process waits for the library's work in the background.
+const BACKGROUND_BOUND: Duration = Duration::from_secs(5);
+
+/// Lets the library's background work finish before the process exits: a
+/// rollback or release still on its way to a slow node (the library stops
+/// waiting for such a node, never sending to it). Dropping the runtime
+/// would cancel it and leave a key on that node until its TTL. Once every
+/// lock service is dropped, what is left is that work; it is bounded by
+/// the library (connect timeout + node timeout), and here too.
+fn finish_background_work(runtime: &tokio::runtime::Runtime) {
+    runtime.block_on(async {
+        let began = Instant::now();
+        while runtime.metrics().num_alive_tasks() > 0 && began.elapsed() < BACKGROUND_BOUND {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
 }

@@ -279,6 +279,7 @@ fn a_lying_or_broken_node_never_makes_a_verb_panic_or_hang() {
             &["doctor", "--json"],
             &["release", "--force", "x"],
             &["run", "-n", "x", "--", "true"],
+            &["adopt", "--confirm-new-servers"],
         ] {
             let began = Instant::now();
             let out = std::process::Command::new(common::BIN)

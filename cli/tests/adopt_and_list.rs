@@ -1,10 +1,65 @@
-//! `status` without names listing what is held.
+//! `quorumlock adopt` for a brand-new deployment (only with its
+//! confirmation flag, always with its warning), and `status` without names
+//! listing what is held.
 
 mod common;
 
 use common::{code, output, text};
 use quorumlock::redis;
 use quorumlock_testbed::Testbed;
+
+#[test]
+fn adopt_needs_its_flag_and_lets_new_servers_vote_at_once() {
+    let testbed = Testbed::start_unadopted(3).expect("nodes");
+    // Fresh servers: quarantined.
+    let refused = output(&testbed, &["run", "-n", "first", "--", "true"]);
+    assert_eq!(code(refused.status), 69, "{refused:?}");
+    assert!(text(&refused.stderr).contains("quarantined"), "{refused:?}");
+
+    let unconfirmed = output(&testbed, &["adopt"]);
+    assert_eq!(code(unconfirmed.status), 64, "{unconfirmed:?}");
+    let stderr = text(&unconfirmed.stderr);
+    assert!(
+        stderr.contains("Only for servers that have never held this deployment's locks")
+            && stderr.contains("--confirm-new-servers"),
+        "{stderr}"
+    );
+    let still = output(&testbed, &["run", "-n", "first", "--", "true"]);
+    assert_eq!(code(still.status), 69, "nothing adopted: {still:?}");
+
+    let adopted = output(&testbed, &["adopt", "--confirm-new-servers"]);
+    assert_eq!(code(adopted.status), 0, "{adopted:?}");
+    assert!(
+        text(&adopted.stderr).contains("Only for servers"),
+        "the warning every time"
+    );
+    assert_eq!(
+        text(&adopted.stdout).matches(": adopted").count(),
+        3,
+        "{adopted:?}"
+    );
+    let now = output(&testbed, &["run", "-n", "first", "--", "true"]);
+    assert_eq!(code(now.status), 0, "votes at once: {now:?}");
+}
+
+#[test]
+fn adopt_refuses_a_node_that_holds_keys() {
+    let testbed = Testbed::start_unadopted(3).expect("nodes");
+    let mut conn = testbed.node(1).connection().expect("connect");
+    redis::cmd("SET")
+        .arg("left-over")
+        .arg("1")
+        .query::<()>(&mut conn)
+        .expect("SET");
+    let out = output(&testbed, &["adopt", "--confirm-new-servers"]);
+    assert_eq!(code(out.status), 1, "{out:?}");
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.matches(": adopted").count(), 2, "{stdout}");
+    assert!(
+        stdout.contains(&format!("{}: refused", testbed.node(1).url())),
+        "{stdout}"
+    );
+}
 
 #[test]
 fn status_without_names_lists_the_held_names() {

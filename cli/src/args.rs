@@ -4,21 +4,21 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Exit codes, as in sysexits.h where one fits (cron wrappers and shell
-/// scripts test for them).
+/// scripts test for them). README.md's table and `--help` say the same.
 pub mod exit {
     /// The name is held by someone else (`--nonblock`, or `--wait` ran
     /// out). EX_TEMPFAIL; `--conflict-exit-code` changes it.
     pub const CONFLICT: u8 = 75;
-    /// The lock was lost while the command ran: it was sent SIGTERM (then
-    /// SIGKILL after `--kill-after`).
+    /// The command was stopped because the lock was lost or `--max-hold`
+    /// was reached: it was sent SIGTERM (then SIGKILL after `--kill-after`).
     pub const LOST: u8 = 76;
     /// Bad flags or arguments, including a bad `--nodes` /
     /// `QUORUMLOCK_NODES` value and a reserved name. EX_USAGE.
     pub const USAGE: u8 = 64;
-    /// Too few nodes answered to decide. EX_UNAVAILABLE.
+    /// Too few nodes answered (or could vote) to decide. EX_UNAVAILABLE.
     pub const UNAVAILABLE: u8 = 69;
     /// A bad `--config` file. EX_CONFIG.
     pub const CONFIG: u8 = 78;
@@ -36,16 +36,20 @@ QUORUMLOCK_NODES or a --config file only you can read. rediss:// nodes are check
 against the webpki roots (public CAs), or the CA of --tls-ca.
 Durations: 30 (seconds), 1.5, 30s, 1500ms, 2m, 1h 30m.
 
-Exit codes of `run`:
-  the command's own status   it ran under the lock (128+N if killed by signal N)
-  75                         the name is held elsewhere (--conflict-exit-code)
-  76                         the lock was lost while the command ran; it was signalled
-  69                         too few nodes answered
-  64                         bad flags or arguments, a bad --nodes or QUORUMLOCK_NODES,
-                             a reserved name
-  78                         a bad --config file
-  126, 127                   the command could not be executed, or was not found
-  1                          `doctor` found an error; `adopt` left a node unadopted";
+Exit codes:
+  its status     `run`: the command ran under the lock: its exit status (128+N if
+                 signal N ended it)
+  75             the name is held elsewhere (--nonblock, --wait ran out); see
+                 --conflict-exit-code
+  76             `run`: the lock was lost or --max-hold reached: the command was stopped
+  69             too few nodes answered, or could vote yet (quarantine)
+  64             bad flags or arguments: a bad --nodes or QUORUMLOCK_NODES, a reserved
+                 name
+  78             a bad --config file
+  126, 127       `run`: the command could not be executed, or was not found
+  128+N          `run`: quorumlock got signal N while it waited for the name
+  1              `doctor` found an error; `adopt` left a node unadopted
+  0              success";
 
 /// Distributed locks across N independent Redis masters: run a command
 /// under a lock (a distributed flock), see who holds a name, check nodes.
@@ -96,11 +100,27 @@ pub enum Command {
     ///
     /// The command gets QUORUMLOCK_NAME, QUORUMLOCK_FENCING_TOKEN (larger
     /// than every earlier holder's: pass it to what the command writes) and
-    /// QUORUMLOCK_OWNER in its environment. SIGINT, SIGTERM and SIGHUP are
-    /// forwarded to it. If the lock is lost while it runs, it gets SIGTERM,
-    /// then SIGKILL after --kill-after, and quorumlock exits with 76. The
-    /// lock is released when the command ends, also when quorumlock itself
-    /// gets SIGTERM (forwarded; the command's end is awaited first).
+    /// QUORUMLOCK_OWNER in its environment, and not the node URLs
+    /// (QUORUMLOCK_NODES is removed; see --pass-nodes).
+    ///
+    /// The command runs in a process group of its own. SIGINT, SIGTERM and
+    /// SIGHUP are forwarded to that group. Run from an interactive shell,
+    /// the command gets the terminal, and when it is stopped (Ctrl-Z, or
+    /// reading the terminal from the background) quorumlock stops too, so
+    /// that the shell's `fg` and `bg` work. If the lock is lost, or
+    /// --max-hold is reached, the group gets SIGTERM, then SIGKILL after
+    /// --kill-after, and quorumlock exits with 76. When the command ends,
+    /// processes it left in its group get SIGTERM (SIGKILL after
+    /// --kill-after): nothing of it runs once the lock is released. The
+    /// lock is released after that, also when quorumlock itself gets
+    /// SIGTERM, SIGINT or SIGHUP (forwarded; the command's end is awaited
+    /// first).
+    ///
+    /// If quorumlock dies without releasing (SIGKILL, a crash), the command
+    /// dies with it: on Linux the kernel sends it SIGKILL at once
+    /// (PR_SET_PDEATHSIG), and a watcher process SIGKILLs the rest of its
+    /// process group. The name stays held on the nodes until its TTL runs
+    /// out.
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
     /// Show, per node, who holds each NAME: owner, hold count, time to
@@ -119,6 +139,10 @@ pub enum Command {
     /// locks: see the warning it prints. Exits with 1 if a node was not
     /// adopted.
     Adopt(AdoptArgs),
+    /// Internal: the watcher `run` starts to SIGKILL the command's process
+    /// group if quorumlock dies.
+    #[command(name = "__watch", hide = true)]
+    Watch,
 }
 
 #[derive(Debug, Args)]
@@ -138,18 +162,57 @@ pub struct RunArgs {
     /// third of it while the command runs.
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub ttl: Option<Duration>,
-    /// Stop renewing after this long: the command is then signalled as for
-    /// a lost lock.
-    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    /// The longest the command may hold the name: then it is stopped as
+    /// for a lost lock (SIGTERM to its group, SIGKILL after --kill-after,
+    /// exit 76). The lock stays renewed until the command has ended, then
+    /// it is released.
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub max_hold: Option<Duration>,
-    /// After a lost lock's SIGTERM, how long the command has before SIGKILL.
+    /// After the SIGTERM of a lost lock or --max-hold, how long the command
+    /// has before SIGKILL.
     #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "10s")]
     pub kill_after: Duration,
+    /// Give the command QUORUMLOCK_NODES: the URLs with their passwords
+    /// replaced by *** (`redacted`, the default), or as configured
+    /// (`with-passwords`).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOW",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "redacted"
+    )]
+    pub pass_nodes: Option<PassNodes>,
+    /// The lock name, if it starts with `-` (as a NAME it would be taken
+    /// for a flag).
+    #[arg(long = "name", value_name = "NAME", conflicts_with = "name")]
+    pub name_flag: Option<String>,
     /// The lock name.
-    pub name: String,
+    #[arg(required_unless_present = "name_flag")]
+    pub name: Option<String>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl RunArgs {
+    /// The lock name, as NAME or `--name`.
+    pub fn name(&self) -> &str {
+        self.name_flag
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// How `run --pass-nodes` gives the command the node URLs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PassNodes {
+    /// Passwords replaced by `***`.
+    Redacted,
+    /// As configured, passwords included.
+    WithPasswords,
 }
 
 #[derive(Debug, Args)]
@@ -202,6 +265,14 @@ pub fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(trimmed).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
+/// A [`duration`] above zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        d if d.is_zero() => Err(format!("invalid duration {text:?}: must be above zero")),
+        d => Ok(d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +300,6 @@ mod tests {
             let error = duration(bad).expect_err(bad);
             assert!(error.contains(&format!("{bad:?}")), "{error}");
         }
+        assert!(positive_duration("0").is_err());
     }
 }

@@ -1,7 +1,9 @@
 //! `quorumlock`: run a command under a distributed lock across N Redis
 //! masters (a distributed flock), inspect locks, check nodes. See
 //! `quorumlock --help`.
-#![forbid(unsafe_code)]
+// One unsafe block, `run::child::before_exec`: what the command's process
+// does between fork and exec (std's `pre_exec`), with its safety argument.
+#![deny(unsafe_code)]
 
 mod adopt;
 mod args;
@@ -12,6 +14,7 @@ mod release;
 mod run;
 mod shown;
 mod status;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -35,6 +38,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Command::Watch = cli.command {
+        return ExitCode::from(watch::watch());
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -46,6 +52,8 @@ fn main() -> ExitCode {
         }
     };
     let from_command_line = matches.value_source("nodes") == Some(ValueSource::CommandLine);
+    // On this (the main) thread: `run` starts the command from here, and
+    // its parent-death signal is bound to the thread that forks it.
     let outcome = runtime.block_on(async {
         let settings = Settings::resolve(&cli.nodes, from_command_line)?;
         nodes::warn_if_password_in_argv(&settings);
@@ -55,6 +63,7 @@ fn main() -> ExitCode {
             Command::Doctor(args) => doctor::doctor(&settings, args).await,
             Command::Release(args) => release::release(&settings, args).await,
             Command::Adopt(args) => adopt::adopt(&settings, args).await,
+            Command::Watch => Ok(watch::watch()),
         }
     });
     finish_background_work(&runtime);

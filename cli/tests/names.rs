@@ -122,7 +122,12 @@ fn every_verb(testbed: &Testbed, name: &[u8]) {
         name.len(),
         String::from_utf8_lossy(&name[..name.len().min(40)])
     );
-    let verbs: [&[&str]; 3] = [&["status"], &["status", "--json"], &["release", "--force"]];
+    let verbs: [&[&str]; 4] = [
+        &["run", "-n"],
+        &["status"],
+        &["status", "--json"],
+        &["release", "--force"],
+    ];
     for verb in verbs {
         let mut cmd = command(testbed);
         cmd.args(verb);

@@ -121,6 +121,10 @@ pub enum Command {
     /// (PR_SET_PDEATHSIG), and a watcher process SIGKILLs the rest of its
     /// process group. The name stays held on the nodes until its TTL runs
     /// out.
+    ///
+    /// Waiting for the name, quorumlock says why on stderr after 1 s, and
+    /// again when the reason changes (held by whom and for how long, nodes
+    /// quarantined or unreachable); --quiet silences it.
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
     /// Show, per node, who holds each NAME: owner, hold count, time to
@@ -172,6 +176,9 @@ pub struct RunArgs {
     /// has before SIGKILL.
     #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "10s")]
     pub kill_after: Duration,
+    /// Print nothing while waiting for the name.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Give the command QUORUMLOCK_NODES: the URLs with their passwords
     /// replaced by *** (`redacted`, the default), or as configured
     /// (`with-passwords`).

@@ -1,9 +1,11 @@
 //! Plain connections to each node for the commands that inspect them
-//! (`status`, `doctor`): the lock's own connections are not reachable from
-//! outside the library, and these send only reads.
+//! (`status`, `doctor`, the reason `run` gives for waiting): the lock's own
+//! connections are not reachable from outside the library, and these send
+//! only reads.
 
 use std::time::{Duration, Instant};
 
+use futures::future::join_all;
 use quorumlock::redis::aio::MultiplexedConnection;
 use quorumlock::redis::{self, Client};
 
@@ -49,4 +51,50 @@ pub async fn server_time_ms(conn: &mut MultiplexedConnection) -> Result<i64, Str
     secs.checked_mul(1000)
         .and_then(|ms| ms.checked_add(micros / 1000))
         .ok_or_else(|| format!("TIME answered {secs} s {micros} µs: not a clock"))
+}
+
+/// Reads who holds a name while `run` waits: one connection per node,
+/// made when first needed and kept, each read bounded so that a slow node
+/// holds the wait up briefly.
+pub struct Inspector {
+    clients: Vec<Result<Client, String>>,
+    conns: Vec<Option<MultiplexedConnection>>,
+}
+
+/// The bound on one look at the holder, all nodes at once.
+const GLANCE: Duration = Duration::from_millis(300);
+
+impl Inspector {
+    /// For one client per node, in the configuration's order.
+    pub fn new(clients: Vec<Result<Client, String>>) -> Inspector {
+        Inspector {
+            conns: vec![None; clients.len()],
+            clients,
+        }
+    }
+
+    /// The owner token of `name` as the first of `nodes` (indexes into the
+    /// configured nodes) that answers gives it.
+    pub async fn owner(&mut self, name: &str, nodes: &[usize]) -> Option<Vec<u8>> {
+        let reads = nodes.iter().filter(|&&i| i < self.clients.len()).map(|&i| {
+            let (client, conn) = (self.clients[i].clone(), self.conns[i].clone());
+            async move {
+                let mut conn = match conn {
+                    Some(conn) => conn,
+                    None => connect_within(client, GLANCE).await.ok()?.0,
+                };
+                let mut hget = redis::cmd("HGET");
+                hget.arg(name).arg("owner");
+                let read = hget.query_async::<Option<Vec<u8>>>(&mut conn);
+                let owner = tokio::time::timeout(GLANCE, read).await.ok()?.ok()?;
+                Some((i, conn, owner))
+            }
+        });
+        let mut found = None;
+        for (i, conn, owner) in join_all(reads).await.into_iter().flatten() {
+            self.conns[i] = Some(conn);
+            found = found.or(owner);
+        }
+        found
+    }
 }

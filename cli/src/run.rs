@@ -1,5 +1,5 @@
-//! `quorumlock run`: a command under a lock. Acquires with the watchdog,
-//! runs the command in a process group of its own
+//! `quorumlock run`: a command under a lock. Acquires with the watchdog
+//! (saying why it waits), runs the command in a process group of its own
 //! with the lock's identity in its environment and bound to quorumlock's
 //! life, forwards signals, stops the command when the lock is lost or
 //! `--max-hold` is reached, and releases once nothing of the command runs.
@@ -8,15 +8,17 @@ mod child;
 mod job;
 mod supervise;
 mod terminal;
+mod waiting;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-use quorumlock::{Error, LockGuard, MultiLock, Wait};
+use quorumlock::{Error, LockGuard, MultiLock};
 use rustix::process::Signal;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::args::{PassNodes, RunArgs, exit};
+use crate::connect::Inspector;
 use crate::nodes::{Failure, Settings};
 use crate::shown;
 use crate::watch::Watcher;
@@ -25,6 +27,7 @@ use self::child::Spec;
 use self::job::JobControl;
 use self::supervise::{Ended, Limits};
 use self::terminal::Terminal;
+use self::waiting::Waiting;
 
 /// The signals quorumlock forwards to the command's group.
 pub struct Signals {
@@ -84,8 +87,19 @@ pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
     let shown_urls = settings.shown_urls()?;
     let lock = MultiLock::new(config);
     let mut signals = Signals::install()?;
+    let waiting = Waiting {
+        lock: &lock,
+        name: args.name(),
+        budget: if args.nonblock {
+            Some(std::time::Duration::ZERO)
+        } else {
+            args.wait
+        },
+        quiet: args.quiet,
+        inspector: Inspector::new(settings.nodes.iter().map(|u| settings.client(u)).collect()),
+    };
     let acquired = tokio::select! {
-        acquired = acquire(&lock, &args) => acquired,
+        acquired = waiting.acquire() => acquired,
         signal = signals.next() => return Ok(128 + signal.as_raw() as u8),
     };
     let guard = acquired.map_err(|error| refused(&args, &error))?;
@@ -107,18 +121,6 @@ pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
             Ok(exit::LOST)
         }
     }
-}
-
-async fn acquire(lock: &MultiLock, args: &RunArgs) -> Result<LockGuard, Error> {
-    // Connected first (bounded by the connect timeout): a fresh process
-    // must not spend its one `--nonblock` attempt's node timeout on
-    // connecting. A node that fails here fails the attempt, which says so.
-    lock.warm_up().await;
-    if args.nonblock {
-        return lock.try_acquire(args.name()).await;
-    }
-    let wait = args.wait.unwrap_or(std::time::Duration::MAX);
-    lock.acquire(args.name(), Wait::up_to(wait)).await
 }
 
 /// Everything done while the lock is held: the fencing token, the watcher,

@@ -132,20 +132,28 @@ async fn hold(
     shown_urls: &[String],
     signals: &mut Signals,
 ) -> Result<Ended, Failure> {
-    let token = fencing_token(guard).await.map_err(|error| {
+    // The watcher starts (a fork and exec, on a blocking thread) while the
+    // fencing token's round trip is under way; it is needed only once the
+    // command runs, and if it cannot start, neither does the command.
+    let (token, watcher) = tokio::join!(
+        fencing_token(guard),
+        tokio::task::spawn_blocking(Watcher::start)
+    );
+    let token = token.map_err(|error| {
         Failure::new(
             exit::UNAVAILABLE,
             format!("{}: no fencing token: {error}", shown::name(args.name())),
         )
     })?;
-    // Started before the command: if it cannot start, neither does the
-    // command.
-    let mut watcher = Watcher::start().map_err(|e| {
-        Failure::new(
-            exit::UNAVAILABLE,
-            format!("cannot start the watcher process: {e}"),
-        )
-    })?;
+    let mut watcher = watcher
+        .map_err(std::io::Error::other)
+        .and_then(|started| started)
+        .map_err(|e| {
+            Failure::new(
+                exit::UNAVAILABLE,
+                format!("cannot start the watcher process: {e}"),
+            )
+        })?;
     let mut env = vec![
         ("QUORUMLOCK_NAME", args.name().to_owned()),
         ("QUORUMLOCK_FENCING_TOKEN", token.to_string()),

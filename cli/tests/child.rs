@@ -370,12 +370,18 @@ fn the_watcher_is_a_process_of_its_own_without_node_urls() {
     let testbed = Testbed::start(3).expect("nodes");
     let holder = common::hold(&testbed, &[], "w");
     let q = holder.running.0.id();
-    let children =
-        std::fs::read_to_string(format!("/proc/{q}/task/{q}/children")).expect("children");
-    let pids: Vec<u32> = children
-        .split_whitespace()
-        .map(|p| p.parse().expect("pid"))
-        .collect();
+    // The children of every thread (the watcher is started from a
+    // blocking thread, the command from the main one).
+    let mut pids: Vec<u32> = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{q}/task")).expect("tasks") {
+        let children = task.expect("a task").path().join("children");
+        let children = std::fs::read_to_string(children).unwrap_or_default();
+        pids.extend(
+            children
+                .split_whitespace()
+                .map(|p| p.parse::<u32>().expect("pid")),
+        );
+    }
     assert_eq!(pids.len(), 2, "the command and the watcher: {pids:?}");
     let watcher = pids
         .iter()

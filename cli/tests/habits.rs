@@ -1,9 +1,10 @@
-//! flock(1) habits: bare seconds for durations, exit codes by where a bad
-//! value came from (a bad `--nodes` is a usage error, a bad `--config` file
-//! a configuration error), and `rediss://` nodes.
+//! flock(1) habits: bare seconds for durations, exit codes that match the
+//! README and `--help` (a bad `--nodes` is a usage error, a bad `--config`
+//! file a configuration error), and `rediss://` nodes.
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,48 @@ fn bare_numbers_are_seconds() {
         let out = output(&testbed, &["run", "-w", bad, "flock", "--", "true"]);
         assert_eq!(code(out.status), 64, "{bad}: {out:?}");
     }
+}
+
+/// The exit codes in a text: each number at the start of a line's
+/// content, after an optional list marker.
+fn codes_in(text: &str) -> Vec<u32> {
+    let mut codes: Vec<u32> = text
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .filter(|&n| [0, 1, 64, 69, 75, 76, 78, 126, 127].contains(&n))
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    codes
+}
+
+#[test]
+fn the_readme_and_help_give_the_same_exit_codes() {
+    let help = Command::new(BIN).arg("--help").output().expect("--help");
+    assert_eq!(code(help.status), 0);
+    let help = text(&help.stdout);
+    let table = help
+        .split("Exit codes:")
+        .nth(1)
+        .expect("--help lists the exit codes");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README");
+    let section = readme
+        .split("## The `quorumlock` command")
+        .nth(1)
+        .and_then(|s| s.split("\n# ").next())
+        .expect("the README's section on the command");
+    let readme_codes = section
+        .split("Exit codes")
+        .nth(1)
+        .expect("the README lists the exit codes");
+    assert_eq!(
+        codes_in(table),
+        codes_in(readme_codes),
+        "{table}\n---\n{readme_codes}"
+    );
+    assert_eq!(codes_in(table), [0, 1, 64, 69, 75, 76, 78, 126, 127]);
 }
 
 #[test]

@@ -243,11 +243,11 @@ fn refused(args: &RunArgs, error: &Error) -> Failure {
             format!("{name}: held elsewhere ({error})"),
         );
     }
-    let code = match error {
-        Error::Config(_) | Error::InvalidKey { .. } => exit::USAGE,
-        _ => exit::UNAVAILABLE,
-    };
-    Failure::new(code, format!("{name}: {error}"))
+    match error {
+        // The error names the name.
+        Error::Config(_) | Error::InvalidKey { .. } => Failure::new(exit::USAGE, error.to_string()),
+        _ => Failure::new(exit::UNAVAILABLE, format!("{name}: {error}")),
+    }
 }
 
 /// The child's status as an exit code: its code, or 128 + the signal that

@@ -56,8 +56,9 @@ pub fn check_name(name: &str) -> Result<(), Failure> {
     if name.starts_with(RESERVED_PREFIX) {
         return Err(Failure::new(
             exit::USAGE,
+            // As the library words it for the other verbs.
             format!(
-                "lock name {:?}: names starting with `{RESERVED_PREFIX}` are reserved for the keys quorumlock derives from names",
+                "lock name \"{}\": names starting with `{RESERVED_PREFIX}` are reserved for the keys quorumlock derives (epoch markers, fencing counters, release channels)",
                 shown::name(name)
             ),
         ));

@@ -437,7 +437,8 @@ impl MultiLock {
     }
 
     /// Deletes `name` on every node whatever its owner
-    /// ([`crate::MultiLock::force_release`]).
+    /// ([`crate::MultiLock::force_release`]). A name in the reserved
+    /// `quorumlock:` namespace is refused with [`Error::InvalidKey`].
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -447,13 +448,13 @@ impl MultiLock {
     /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?)?;
     /// let stuck = lock.try_acquire("nightly")?;
-    /// let found = lock.force_release("nightly");
+    /// let found = lock.force_release("nightly")?;
     /// assert!(found.iter().filter(|r| matches!(r, Ok(true))).count() >= 2);
     /// assert!(!stuck.is_held());
     /// # Ok(())
     /// # }
     /// ```
-    pub fn force_release(&self, name: &str) -> Vec<Result<bool, NodeError>> {
+    pub fn force_release(&self, name: &str) -> Result<Vec<Result<bool, NodeError>>, Error> {
         let (lock, name) = (self.inner.clone(), name.to_owned());
         self.runtime
             .run(async move { lock.force_release(&name).await })
@@ -629,7 +630,7 @@ impl HeldLock {
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?)?;
     /// let guard = lock.try_acquire("nightly")?;
     /// assert!(guard.wait_lost(Duration::from_millis(10)).is_none());
-    /// lock.force_release("nightly");
+    /// lock.force_release("nightly")?;
     /// let notice = guard.wait_lost(Duration::from_secs(5)).expect("lost");
     /// assert_eq!(notice.reason, LostReason::ForceReleased);
     /// # Ok(())

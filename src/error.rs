@@ -651,7 +651,7 @@ impl IntoIterator for NodeReports {
 /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
 /// let guard = lock.try_acquire("nightly").await?;
-/// lock.force_release("nightly").await;
+/// lock.force_release("nightly").await?;
 /// let notice = guard.lost().await;
 /// assert_eq!(notice.reason, LostReason::ForceReleased);
 /// println!("lost: {}", notice.reason);

@@ -358,7 +358,7 @@ impl HeldLock {
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// let lost = guard.lost();
-    /// lock.force_release("job").await;
+    /// lock.force_release("job").await?;
     /// assert_eq!(lost.await.reason, LostReason::ForceReleased);
     /// # Ok(())
     /// # }

@@ -45,6 +45,20 @@ pub(crate) fn turn_channel(service: &str) -> String {
     format!("{RESERVED_PREFIX}released:{RESERVED_PREFIX}turn:{service}")
 }
 
+/// Refuses a name in the reserved `quorumlock:` namespace: as a lock name
+/// it could collide with a derived key, and released by force it would
+/// delete one (`quorumlock:epoch` takes every node's vote away for the
+/// quarantine).
+pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(Error::InvalidKey {
+            key: name.to_owned(),
+            reason: "names starting with `quorumlock:` are reserved for the keys quorumlock derives (epoch markers, fencing counters, release channels)",
+        });
+    }
+    Ok(())
+}
+
 /// One guard's lock names: sorted, without duplicates, never empty. Every
 /// node gets them in this order, in one script call.
 pub(crate) struct KeySet {
@@ -70,10 +84,7 @@ impl KeySet {
             });
         }
         if let Some(bad) = names.iter().find(|n| n.starts_with(RESERVED_PREFIX)) {
-            return Err(Error::InvalidKey {
-                key: bad.to_string(),
-                reason: "names starting with `quorumlock:` are reserved for fencing counters and release channels",
-            });
+            check_name(bad)?;
         }
         names.sort_unstable();
         names.dedup();
@@ -290,5 +301,12 @@ mod tests {
             Err(Error::InvalidKey { key, .. }) => assert_eq!(key, "quorumlock:fence:x"),
             other => panic!("expected InvalidKey, got {other:?}"),
         }
+        for reserved in ["quorumlock:epoch", "quorumlock:forced:x", "quorumlock:"] {
+            match check_name(reserved) {
+                Err(Error::InvalidKey { key, .. }) => assert_eq!(key, reserved),
+                other => panic!("expected InvalidKey, got {other:?}"),
+            }
+        }
+        assert!(check_name("").is_ok() && check_name("quorumlock").is_ok());
     }
 }

@@ -94,7 +94,7 @@ impl Hold {
 /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
 /// let guard = lock.try_acquire("job").await?;
-/// lock.force_release("job").await;
+/// lock.force_release("job").await?;
 /// let notice = guard.lost().await;
 /// assert_eq!(notice.reason, LostReason::ForceReleased);
 /// assert!(notice.at <= notice.deadline, "signalled before the deadline");

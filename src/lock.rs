@@ -239,6 +239,13 @@ impl MultiLock {
     /// that hold it ([`LostReason::ForceReleased`](crate::LostReason::ForceReleased)).
     /// Logged at warn level. Returns, per node, whether a key was there.
     ///
+    /// A name in the reserved `quorumlock:` namespace is refused with
+    /// [`Error::InvalidKey`] naming it, and nothing is sent: such a name is
+    /// never a lock, and deleting the key it names would do harm
+    /// (`quorumlock:epoch` is each node's epoch marker: without it every
+    /// node refuses to vote for the quarantine, which takes every lock of
+    /// the deployment down).
+    ///
     /// Every node also keeps a marker, `quorumlock:forced:<name>`, for the
     /// longer of the TTL and the quarantine (the longest TTL any client
     /// uses), so that no renewal re-takes the key: a holder in another
@@ -251,14 +258,20 @@ impl MultiLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// use quorumlock::{LockConfig, LostReason, MultiLock};
+    /// use quorumlock::{Error, LockConfig, LostReason, MultiLock};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
     /// let stuck = lock.try_acquire("nightly").await?;
-    /// let found = lock.force_release("nightly").await;
+    /// let found = lock.force_release("nightly").await?;
     /// assert!(found.iter().filter(|r| matches!(r, Ok(true))).count() >= 2);
     /// assert_eq!(stuck.lost().await.reason, LostReason::ForceReleased);
     /// lock.try_acquire("nightly").await?.release().await;
+    ///
+    /// // A typo that names the epoch marker is refused, naming the name.
+    /// match lock.force_release("quorumlock:epoch").await {
+    ///     Err(Error::InvalidKey { key, .. }) => assert_eq!(key, "quorumlock:epoch"),
+    ///     other => panic!("expected a refusal, got {other:?}"),
+    /// }
     /// # Ok(())
     /// # }
     /// ```
@@ -270,7 +283,8 @@ impl MultiLock {
     /// answer within the node timeout is reported as failed
     /// ([`NodeErrorKind::Timeout`](crate::NodeErrorKind::Timeout)); its call
     /// goes on in the background for a while.
-    pub async fn force_release(&self, name: &str) -> Vec<Result<bool, NodeError>> {
+    pub async fn force_release(&self, name: &str) -> Result<Vec<Result<bool, NodeError>>, Error> {
+        crate::keys::check_name(name)?;
         let core = &self.services.core;
         let marker = core.config.ttl.max(core.config.quarantine);
         let marker_ms = crate::core::ttl_millis(marker).max(1);
@@ -288,7 +302,7 @@ impl MultiLock {
             local,
             "force-released by an operator"
         );
-        results
+        Ok(results)
     }
 
     /// [`try_acquire`](Self::try_acquire) with this guard's own TTL or

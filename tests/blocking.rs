@@ -125,7 +125,7 @@ fn scoped_work_returns_its_value_and_learns_of_a_loss() {
 
     let operator = lock.clone();
     let outcome = lock.run_exclusive("job", Wait::up_to(Duration::from_secs(1)), |held| {
-        operator.force_release("job");
+        operator.force_release("job").expect("a lock name");
         held.wait_lost(Duration::from_secs(10)).map(|n| n.reason)
     });
     match outcome {

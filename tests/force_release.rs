@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use quorumlock::{LostReason, MultiLock, Quorum};
+use quorumlock::{Error, LostReason, MultiLock, Quorum};
 use quorumlock_testbed::Testbed;
 
 const TTL: Duration = Duration::from_secs(1);
@@ -33,7 +33,10 @@ async fn a_holder_elsewhere_learns_at_its_next_renewal_and_the_key_stays_gone() 
     let guard = holder.try_acquire("nightly").await.expect("free");
     let deadline = guard.deadline();
 
-    let found = operator.force_release("nightly").await;
+    let found = operator
+        .force_release("nightly")
+        .await
+        .expect("a lock name");
     assert!(found.iter().all(|r| matches!(r, Ok(true))), "{found:?}");
     let notice = tokio::time::timeout(TTL * 2, guard.lost())
         .await
@@ -60,7 +63,7 @@ async fn a_holder_of_the_same_lock_service_ends_at_once() {
     let testbed = Testbed::start(3).expect("testbed");
     let lock = common::connected(watched(&testbed, Quorum::Majority)).await;
     let guard = lock.try_acquire("nightly").await.expect("free");
-    lock.force_release("nightly").await;
+    lock.force_release("nightly").await.expect("a lock name");
     assert!(!guard.is_held());
     assert_eq!(guard.lost().await.reason, LostReason::ForceReleased);
     let next = lock.try_acquire("nightly").await.expect("free again");
@@ -83,7 +86,8 @@ async fn a_paused_node_is_reported_as_timed_out_and_does_not_hang_the_call() {
     // build from hanging the suite.
     let found = tokio::time::timeout(Duration::from_secs(10), operator.force_release("nightly"))
         .await
-        .expect("returned although a node is paused");
+        .expect("returned although a node is paused")
+        .expect("a lock name");
     testbed.node_mut(2).resume().expect("resume");
     drop(guard);
     assert!(
@@ -94,4 +98,47 @@ async fn a_paused_node_is_reported_as_timed_out_and_does_not_hang_the_call() {
         matches!(&found[2], Err(e) if e.kind() == quorumlock::NodeErrorKind::Timeout),
         "{found:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_name_is_refused_and_nothing_is_deleted() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(watched(&testbed, Quorum::Majority)).await;
+    // A vote writes each node's epoch marker.
+    lock.try_acquire("warm-up")
+        .await
+        .expect("free")
+        .release()
+        .await;
+    let markers = |testbed: &Testbed| -> Vec<bool> {
+        (0..3)
+            .map(|i| {
+                let mut conn = testbed.node(i).connection().expect("connect");
+                redis::cmd("EXISTS")
+                    .arg("quorumlock:epoch")
+                    .query::<bool>(&mut conn)
+                    .expect("EXISTS")
+            })
+            .collect()
+    };
+    assert_eq!(markers(&testbed), [true; 3]);
+    for reserved in [
+        "quorumlock:epoch",
+        "quorumlock:fence:warm-up",
+        "quorumlock:forced:x",
+    ] {
+        match lock.force_release(reserved).await {
+            Err(Error::InvalidKey { key, reason }) => {
+                assert_eq!(key, reserved);
+                assert!(reason.contains("reserved"), "{reason}");
+            }
+            other => panic!("{reserved}: expected a refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(markers(&testbed), [true; 3], "every epoch marker stays");
+    lock.try_acquire("after")
+        .await
+        .expect("votes at once")
+        .release()
+        .await;
 }

@@ -81,7 +81,7 @@ async fn a_known_sequence_records_the_documented_metrics() {
 
     // A watched lock, force-released: one loss.
     let held = watched.try_acquire("m:b").await.expect("free");
-    watched.force_release("m:b").await;
+    watched.force_release("m:b").await.expect("a lock name");
     assert_eq!(held.lost().await.reason, LostReason::ForceReleased);
     drop(held);
 

@@ -6,111 +6,12 @@
 //! certificates refuses a client without one and accepts one with it; a
 //! wrong CA is a typed error, and the client does not reconnect in a loop.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind, NodeOutcome, Wait};
-use quorumlock_testbed::{NodeOptions, Proxy, Testbed};
+use quorumlock_testbed::pki::Pki;
+use quorumlock_testbed::{Proxy, Testbed};
 use redis::{ClientTlsConfig, IntoConnectionInfo, TlsCertificates};
-
-/// The certificates of one test, in a directory removed with it.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.path().join(file)
-    }
-
-    fn pem(&self, file: &str) -> Vec<u8> {
-        std::fs::read(self.path(file)).expect("read a PEM file")
-    }
-
-    /// A CA, a server certificate it signs (for 127.0.0.1 and localhost),
-    /// a client certificate it signs, and another CA.
-    fn new() -> Pki {
-        let pki = Pki {
-            dir: tempfile::tempdir().expect("temp dir"),
-        };
-        let dir = pki.dir.path();
-        let key = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        for ca in ["ca", "other-ca"] {
-            let subject = format!("/CN=quorumlock test {ca}");
-            let keyout = format!("{ca}.key");
-            let out = format!("{ca}.crt");
-            let mut args = vec!["req", "-x509"];
-            args.extend(key);
-            args.extend([
-                "-keyout", &keyout, "-out", &out, "-days", "2", "-subj", &subject,
-            ]);
-            openssl(dir, &args);
-        }
-        for (leaf, ext) in [
-            (
-                "server",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-            ),
-            ("client", "extendedKeyUsage=clientAuth\n"),
-        ] {
-            std::fs::write(dir.join(format!("{leaf}.ext")), ext).expect("write ext");
-            let (keyout, csr) = (format!("{leaf}.key"), format!("{leaf}.csr"));
-            let subject = format!("/CN=quorumlock test {leaf}");
-            let mut args = vec!["req"];
-            args.extend(key);
-            args.extend(["-keyout", &keyout, "-out", &csr, "-subj", &subject]);
-            openssl(dir, &args);
-            let (crt, ext) = (format!("{leaf}.crt"), format!("{leaf}.ext"));
-            openssl(
-                dir,
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &csr,
-                    "-CA",
-                    "ca.crt",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-out",
-                    &crt,
-                    "-days",
-                    "2",
-                    "-extfile",
-                    &ext,
-                ],
-            );
-        }
-        pki
-    }
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (apt-get install openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A free port on 127.0.0.1 for a server's TLS listener.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
 
 /// One redis-server with a plain port (for the testbed) and a TLS port.
 struct TlsNode {
@@ -121,21 +22,7 @@ struct TlsNode {
 
 impl TlsNode {
     fn start(pki: &Pki, client_certificates: bool) -> TlsNode {
-        let tls_port = free_port();
-        let file = |f: &str| pki.path(f).display().to_string();
-        let options = NodeOptions {
-            extra_config: vec![
-                ("tls-port".into(), tls_port.to_string()),
-                ("tls-cert-file".into(), file("server.crt")),
-                ("tls-key-file".into(), file("server.key")),
-                ("tls-ca-cert-file".into(), file("ca.crt")),
-                (
-                    "tls-auth-clients".into(),
-                    if client_certificates { "yes" } else { "no" }.into(),
-                ),
-            ],
-            ..NodeOptions::default()
-        };
+        let (options, tls_port) = pki.tls_options(client_certificates).expect("TLS options");
         TlsNode {
             _testbed: Testbed::start_with(1, options).expect("TLS redis-server"),
             tls_port,
@@ -149,8 +36,8 @@ impl TlsNode {
             .into_connection_info()
             .expect("URL");
         let client_tls = client.map(|pki| ClientTlsConfig {
-            client_cert: pki.pem("client.crt"),
-            client_key: pki.pem("client.key"),
+            client_cert: pki.pem("client.crt").expect("a PEM file"),
+            client_key: pki.pem("client.key").expect("a PEM file"),
         });
         redis::Client::build_with_tls(
             info,
@@ -181,9 +68,9 @@ fn lock_with(clients: Vec<redis::Client>, wake_ups: bool) -> MultiLock {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_over_tls_nodes_with_a_private_ca() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("certificates (apt-get install openssl)");
     let nodes: Vec<TlsNode> = (0..3).map(|_| TlsNode::start(&pki, false)).collect();
-    let ca = pki.pem("ca.crt");
+    let ca = pki.pem("ca.crt").expect("a PEM file");
     let lock = lock_over(nodes.iter().map(|n| n.client(&ca, None)).collect());
     let urls: Vec<String> = lock.config().node_urls().map(String::from).collect();
     assert!(
@@ -203,9 +90,9 @@ async fn a_lock_over_tls_nodes_with_a_private_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_requires_client_certificates() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("certificates (apt-get install openssl)");
     let nodes: Vec<TlsNode> = (0..3).map(|_| TlsNode::start(&pki, true)).collect();
-    let ca = pki.pem("ca.crt");
+    let ca = pki.pem("ca.crt").expect("a PEM file");
 
     let without = lock_over(nodes.iter().map(|n| n.client(&ca, None)).collect());
     let error = without
@@ -222,9 +109,9 @@ async fn a_server_that_requires_client_certificates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_is_a_typed_error_without_a_reconnect_storm() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("certificates (apt-get install openssl)");
     let nodes: Vec<TlsNode> = (0..3).map(|_| TlsNode::start(&pki, false)).collect();
-    let wrong = pki.pem("other-ca.crt");
+    let wrong = pki.pem("other-ca.crt").expect("a PEM file");
     // Each TLS port behind a proxy that counts the connections made to it
     // (a failed handshake never shows in the server's own counters).
     let proxies: Vec<Proxy> = nodes

@@ -2,7 +2,9 @@
 //! against `true` alone and against one in-process try_acquire + release,
 //! on 5 local redis-server nodes, interleaved round by round.
 //!
-//! Run: `cargo bench -p quorumlock-cli --bench overhead`
+//! Run: `cargo bench -p quorumlock-cli --bench overhead`. With
+//! `QUORUMLOCK_BASELINE_BIN=/path/to/an/older/quorumlock`, that binary runs
+//! in the same rounds too, for an A/B figure on one machine.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,16 +46,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     });
     runtime.block_on(lock.warm_up());
-    let quorumlock = || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_quorumlock"));
+    let baseline = std::env::var_os("QUORUMLOCK_BASELINE_BIN");
+    let quorumlock = |bin: &std::ffi::OsStr| {
+        let mut cmd = Command::new(bin);
         cmd.env("QUORUMLOCK_NODES", &nodes)
             .args(["run", "bench", "--", "true"])
             .stdout(Stdio::null());
         cmd
     };
+    let this = std::ffi::OsStr::new(env!("CARGO_BIN_EXE_quorumlock"));
     let (mut run, mut alone, mut inproc) = (Vec::new(), Vec::new(), Vec::new());
+    let mut base = Vec::new();
     for round in 0..ROUNDS + 10 {
-        let r = timed(&mut quorumlock());
+        let r = timed(&mut quorumlock(this));
+        let b = baseline.as_deref().map(|bin| timed(&mut quorumlock(bin)));
         let a = timed(&mut Command::new("true"));
         let i = runtime.block_on(async {
             let began = Instant::now();
@@ -65,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             began.elapsed()
         });
         if round >= 10 {
+            base.extend(b);
             run.push(r);
             alone.push(a);
             inproc.push(i);
@@ -74,6 +81,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = summary("quorumlock run bench -- true", &mut run);
     let alone = summary("true", &mut alone);
     let inproc = summary("in-process try_acquire + release", &mut inproc);
+    if !base.is_empty() {
+        summary("the baseline binary, same command", &mut base);
+    }
     println!(
         "  overhead of the command over `true`: {:.2?} (of which {:.2?} is the acquire and release itself)",
         run.saturating_sub(alone),

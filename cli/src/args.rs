@@ -4,42 +4,52 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Exit codes, as in sysexits.h where one fits (cron wrappers and shell
-/// scripts test for them).
+/// scripts test for them). README.md's table and `--help` say the same.
 pub mod exit {
     /// The name is held by someone else (`--nonblock`, or `--wait` ran
     /// out). EX_TEMPFAIL; `--conflict-exit-code` changes it.
     pub const CONFLICT: u8 = 75;
-    /// The lock was lost while the command ran: it was sent SIGTERM (then
-    /// SIGKILL after `--kill-after`).
+    /// The command was stopped because the lock was lost or `--max-hold`
+    /// was reached: it was sent SIGTERM (then SIGKILL after `--kill-after`).
     pub const LOST: u8 = 76;
-    /// Bad flags or arguments. EX_USAGE.
+    /// Bad flags or arguments, including a bad `--nodes` /
+    /// `QUORUMLOCK_NODES` value and a reserved name. EX_USAGE.
     pub const USAGE: u8 = 64;
-    /// Too few nodes answered to decide. EX_UNAVAILABLE.
+    /// Too few nodes answered (or could vote) to decide. EX_UNAVAILABLE.
     pub const UNAVAILABLE: u8 = 69;
-    /// A bad configuration value or file. EX_CONFIG.
+    /// A bad `--config` file. EX_CONFIG.
     pub const CONFIG: u8 = 78;
     /// The command could not be started (as a shell's 127 / 126).
     pub const NOT_FOUND: u8 = 127;
     pub const NOT_EXECUTABLE: u8 = 126;
-    /// `doctor` found an error.
-    pub const DOCTOR_ERRORS: u8 = 1;
+    /// `doctor` found an error, or `adopt` left a node unadopted.
+    pub const FINDINGS: u8 = 1;
 }
 
 const AFTER_HELP: &str = "\
 Nodes come from --nodes, else QUORUMLOCK_NODES, else the `nodes` of the --config file.
-Durations: 30s, 1500ms, 2m, 1h 30m.
+A password in --nodes is visible to every user of this host (ps, /proc): prefer
+QUORUMLOCK_NODES or a --config file only you can read. rediss:// nodes are checked
+against the webpki roots (public CAs), or the CA of --tls-ca.
+Durations: 30 (seconds), 1.5, 30s, 1500ms, 2m, 1h 30m.
 
-Exit codes of `run`:
-  the command's own status   it ran under the lock (128+N if killed by signal N)
-  75                         the name is held elsewhere (--conflict-exit-code)
-  76                         the lock was lost while the command ran; it was signalled
-  69                         too few nodes answered
-  64                         bad flags or arguments
-  78                         bad configuration
-  126, 127                   the command could not be executed, or was not found";
+Exit codes:
+  its status     `run`: the command ran under the lock: its exit status (128+N if
+                 signal N ended it)
+  75             the name is held elsewhere (--nonblock, --wait ran out); see
+                 --conflict-exit-code
+  76             `run`: the lock was lost or --max-hold reached: the command was stopped
+  69             too few nodes answered, or could vote yet (quarantine)
+  64             bad flags or arguments: a bad --nodes or QUORUMLOCK_NODES, a reserved
+                 name
+  78             a bad --config file
+  126, 127       `run`: the command could not be executed, or was not found
+  128+N          `run`: quorumlock got signal N while it waited for the name
+  1              `doctor` found an error; `adopt` left a node unadopted
+  0              success";
 
 /// Distributed locks across N independent Redis masters: run a command
 /// under a lock (a distributed flock), see who holds a name, check nodes.
@@ -56,7 +66,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct NodeArgs {
     /// The nodes: comma-separated redis:// (or rediss://) URLs, one per
-    /// independent master.
+    /// independent master. A password here shows in the process list:
+    /// prefer QUORUMLOCK_NODES or --config.
     #[arg(
         long,
         global = true,
@@ -66,9 +77,20 @@ pub struct NodeArgs {
     )]
     pub nodes: Vec<String>,
     /// A TOML file with `nodes = ["redis://…", …]` and optional `ttl`,
-    /// `quarantine` (durations as strings).
+    /// `quarantine` (durations: "30s", or a number of seconds) and
+    /// `tls_ca` (a path, relative to the file).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// A PEM file with the CA that signed the rediss:// nodes'
+    /// certificates (default: the webpki roots, public CAs).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_TLS_CA",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,15 +100,36 @@ pub enum Command {
     ///
     /// The command gets QUORUMLOCK_NAME, QUORUMLOCK_FENCING_TOKEN (larger
     /// than every earlier holder's: pass it to what the command writes) and
-    /// QUORUMLOCK_OWNER in its environment. SIGINT, SIGTERM and SIGHUP are
-    /// forwarded to it. If the lock is lost while it runs, it gets SIGTERM,
-    /// then SIGKILL after --kill-after, and quorumlock exits with 76. The
-    /// lock is released when the command ends, also when quorumlock itself
-    /// gets SIGTERM (forwarded; the command's end is awaited first).
+    /// QUORUMLOCK_OWNER in its environment, and not the node URLs
+    /// (QUORUMLOCK_NODES is removed; see --pass-nodes).
+    ///
+    /// The command runs in a process group of its own. SIGINT, SIGTERM and
+    /// SIGHUP are forwarded to that group. Run from an interactive shell,
+    /// the command gets the terminal, and when it is stopped (Ctrl-Z, or
+    /// reading the terminal from the background) quorumlock stops too, so
+    /// that the shell's `fg` and `bg` work. If the lock is lost, or
+    /// --max-hold is reached, the group gets SIGTERM, then SIGKILL after
+    /// --kill-after, and quorumlock exits with 76. When the command ends,
+    /// processes it left in its group get SIGTERM (SIGKILL after
+    /// --kill-after): nothing of it runs once the lock is released. The
+    /// lock is released after that, also when quorumlock itself gets
+    /// SIGTERM, SIGINT or SIGHUP (forwarded; the command's end is awaited
+    /// first).
+    ///
+    /// If quorumlock dies without releasing (SIGKILL, a crash), the command
+    /// dies with it: on Linux the kernel sends it SIGKILL at once
+    /// (PR_SET_PDEATHSIG), and a watcher process SIGKILLs the rest of its
+    /// process group. The name stays held on the nodes until its TTL runs
+    /// out.
+    ///
+    /// Waiting for the name, quorumlock says why on stderr after 1 s, and
+    /// again when the reason changes (held by whom and for how long, nodes
+    /// quarantined or unreachable); --quiet silences it.
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
     /// Show, per node, who holds each NAME: owner, hold count, time to
-    /// live, fencing counter, and the node's epoch and quarantine.
+    /// live, fencing counter, and the node's epoch and quarantine. Without
+    /// names, the names held on any node (found with a bounded SCAN).
     Status(StatusArgs),
     /// Check every node: reachability and round trip, server version,
     /// persistence, maxmemory-policy, clock offsets, ACL permissions, TLS.
@@ -95,12 +138,21 @@ pub enum Command {
     /// Release NAME on every node whatever its owner (an operator's tool:
     /// the holder learns at its next renewal).
     Release(ReleaseArgs),
+    /// Let brand-new, empty servers vote at once instead of after the
+    /// quarantine. Only for servers that never held this deployment's
+    /// locks: see the warning it prints. Exits with 1 if a node was not
+    /// adopted.
+    Adopt(AdoptArgs),
+    /// Internal: the watcher `run` starts to SIGKILL the command's process
+    /// group if quorumlock dies.
+    #[command(name = "__watch", hide = true)]
+    Watch,
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Wait at most this long for the name (default: wait until it is
-    /// free).
+    /// free). A bare number is seconds, as for flock -w.
     #[arg(long, short = 'w', value_parser = duration, value_name = "DURATION", conflicts_with = "nonblock")]
     pub wait: Option<Duration>,
     /// Do not wait: one attempt, and exit with the conflict code if the
@@ -114,18 +166,60 @@ pub struct RunArgs {
     /// third of it while the command runs.
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub ttl: Option<Duration>,
-    /// Stop renewing after this long: the command is then signalled as for
-    /// a lost lock.
-    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    /// The longest the command may hold the name: then it is stopped as
+    /// for a lost lock (SIGTERM to its group, SIGKILL after --kill-after,
+    /// exit 76). The lock stays renewed until the command has ended, then
+    /// it is released.
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub max_hold: Option<Duration>,
-    /// After a lost lock's SIGTERM, how long the command has before SIGKILL.
+    /// After the SIGTERM of a lost lock or --max-hold, how long the command
+    /// has before SIGKILL.
     #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "10s")]
     pub kill_after: Duration,
+    /// Print nothing while waiting for the name.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Give the command QUORUMLOCK_NODES: the URLs with their passwords
+    /// replaced by *** (`redacted`, the default), or as configured
+    /// (`with-passwords`).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOW",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "redacted"
+    )]
+    pub pass_nodes: Option<PassNodes>,
+    /// The lock name, if it starts with `-` (as a NAME it would be taken
+    /// for a flag).
+    #[arg(long = "name", value_name = "NAME", conflicts_with = "name")]
+    pub name_flag: Option<String>,
     /// The lock name.
-    pub name: String,
+    #[arg(required_unless_present = "name_flag")]
+    pub name: Option<String>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl RunArgs {
+    /// The lock name, as NAME or `--name`.
+    pub fn name(&self) -> &str {
+        self.name_flag
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// How `run --pass-nodes` gives the command the node URLs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PassNodes {
+    /// Passwords replaced by `***`.
+    Redacted,
+    /// As configured, passwords included.
+    WithPasswords,
 }
 
 #[derive(Debug, Args)]
@@ -133,8 +227,10 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// The lock names.
-    #[arg(required = true)]
+    /// Without names: list at most this many held names.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub limit: usize,
+    /// The lock names (none: the names held on any node).
     pub names: Vec<String>,
 }
 
@@ -154,7 +250,63 @@ pub struct ReleaseArgs {
     pub name: String,
 }
 
-/// A duration like `30s` or `1500ms`; the error names the value.
+#[derive(Debug, Args)]
+pub struct AdoptArgs {
+    /// Required: the operator's word that every node is a brand-new server
+    /// that never held this deployment's locks.
+    #[arg(long)]
+    pub confirm_new_servers: bool,
+}
+
+/// A duration like `30s`, `1500ms`, or a bare number of seconds (`30`,
+/// `1.5`, as flock(1) takes them); the error names the value.
 pub fn duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| format!("invalid duration {text:?}: {e}"))
+    let trimmed = text.trim();
+    if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return trimmed
+            .parse::<f64>()
+            .ok()
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .ok_or_else(|| format!("invalid duration {text:?}: not a number of seconds"));
+    }
+    humantime::parse_duration(trimmed).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+/// A [`duration`] above zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        d if d.is_zero() => Err(format!("invalid duration {text:?}: must be above zero")),
+        d => Ok(d),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_numbers_are_seconds() {
+        assert_eq!(duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration("0"), Ok(Duration::ZERO));
+        assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration("1500ms"), Ok(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn bad_durations_name_the_value() {
+        for bad in [
+            "",
+            "1.2.3",
+            ".",
+            "3x",
+            "-1",
+            "1e999",
+            "99999999999999999999999",
+        ] {
+            let error = duration(bad).expect_err(bad);
+            assert!(error.contains(&format!("{bad:?}")), "{error}");
+        }
+        assert!(positive_duration("0").is_err());
+    }
 }

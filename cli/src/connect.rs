@@ -1,9 +1,11 @@
 //! Plain connections to each node for the commands that inspect them
-//! (`status`, `doctor`): the lock's own connections are not reachable from
-//! outside the library, and these send only reads.
+//! (`status`, `doctor`, the reason `run` gives for waiting): the lock's own
+//! connections are not reachable from outside the library, and these send
+//! only reads.
 
 use std::time::{Duration, Instant};
 
+use futures::future::join_all;
 use quorumlock::redis::aio::MultiplexedConnection;
 use quorumlock::redis::{self, Client};
 
@@ -11,13 +13,22 @@ use quorumlock::redis::{self, Client};
 pub const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A node's connection and how long connecting took, or why it failed.
-pub async fn connect(url: &str) -> Result<(MultiplexedConnection, Duration), String> {
+pub async fn connect(
+    client: Result<Client, String>,
+) -> Result<(MultiplexedConnection, Duration), String> {
+    connect_within(client, TIMEOUT).await
+}
+
+async fn connect_within(
+    client: Result<Client, String>,
+    limit: Duration,
+) -> Result<(MultiplexedConnection, Duration), String> {
     let began = Instant::now();
-    let client = Client::open(url).map_err(|e| e.to_string())?;
-    match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
+    let client = client?;
+    match tokio::time::timeout(limit, client.get_multiplexed_async_connection()).await {
         Ok(Ok(conn)) => Ok((conn, began.elapsed())),
         Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no connection within {} s", TIMEOUT.as_secs())),
+        Err(_) => Err(format!("no connection within {:.1} s", limit.as_secs_f64())),
     }
 }
 
@@ -33,8 +44,57 @@ pub async fn query<T: redis::FromRedisValue>(
     }
 }
 
-/// The server's clock in ms, from `TIME`.
+/// The server's clock in ms, from `TIME` (a value no clock has is an
+/// error, not an overflow).
 pub async fn server_time_ms(conn: &mut MultiplexedConnection) -> Result<i64, String> {
     let (secs, micros): (i64, i64) = query(conn, &redis::cmd("TIME")).await?;
-    Ok(secs * 1000 + micros / 1000)
+    secs.checked_mul(1000)
+        .and_then(|ms| ms.checked_add(micros / 1000))
+        .ok_or_else(|| format!("TIME answered {secs} s {micros} µs: not a clock"))
+}
+
+/// Reads who holds a name while `run` waits: one connection per node,
+/// made when first needed and kept, each read bounded so that a slow node
+/// holds the wait up briefly.
+pub struct Inspector {
+    clients: Vec<Result<Client, String>>,
+    conns: Vec<Option<MultiplexedConnection>>,
+}
+
+/// The bound on one look at the holder, all nodes at once.
+const GLANCE: Duration = Duration::from_millis(300);
+
+impl Inspector {
+    /// For one client per node, in the configuration's order.
+    pub fn new(clients: Vec<Result<Client, String>>) -> Inspector {
+        Inspector {
+            conns: vec![None; clients.len()],
+            clients,
+        }
+    }
+
+    /// The owner token of `name` as the first of `nodes` (indexes into the
+    /// configured nodes) that answers gives it.
+    pub async fn owner(&mut self, name: &str, nodes: &[usize]) -> Option<Vec<u8>> {
+        let reads = nodes.iter().filter(|&&i| i < self.clients.len()).map(|&i| {
+            let (client, conn) = (self.clients[i].clone(), self.conns[i].clone());
+            async move {
+                let mut conn = match conn {
+                    Some(conn) => conn,
+                    None => connect_within(client, GLANCE).await.ok()?.0,
+                };
+                let mut hget = redis::cmd("HGET");
+                hget.arg(name).arg("owner");
+                let read = hget.query_async::<Option<Vec<u8>>>(&mut conn);
+                let owner = tokio::time::timeout(GLANCE, read).await.ok()?.ok()?;
+                Some((i, conn, owner))
+            }
+        });
+        let mut found = None;
+        for (i, conn, owner) in join_all(reads).await.into_iter().flatten() {
+            self.conns[i] = Some(conn);
+            found = found.or(owner);
+        }
+        found
+    }
 }

@@ -1,5 +1,6 @@
 //! `quorumlock doctor`: checks each node for what the lock's guarantees
-//! assume (see DEPLOYING.md), one finding per line.
+//! assume (see DEPLOYING.md), one finding per line. What a node answers
+//! (versions, settings, errors) is shown escaped: a node may lie.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -11,6 +12,7 @@ use serde::Serialize;
 use crate::args::{DoctorArgs, exit};
 use crate::connect::{connect, query, server_time_ms};
 use crate::nodes::{Failure, Settings};
+use crate::shown;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -72,7 +74,7 @@ const NEEDED: &[&[&str]] = &[
 ];
 
 pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure> {
-    let config = settings.config(settings.builder(None))?;
+    let config = settings.config()?;
     let shown: Vec<String> = config.node_urls().map(str::to_owned).collect();
     let mut findings = Vec::new();
     let mut seen = Vec::new();
@@ -85,7 +87,7 @@ pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure
                 message,
             })
         };
-        let mut conn = match connect(url).await {
+        let mut conn = match connect(settings.client(url)).await {
             Ok((conn, _)) => conn,
             Err(error) => {
                 add(
@@ -110,23 +112,25 @@ pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure
         .max()
         .unwrap_or(Severity::Ok);
     if args.json {
+        // Serialising strings cannot fail.
         println!(
             "{}",
-            serde_json::to_string_pretty(&findings).expect("findings serialise")
+            shown::json(&serde_json::to_string_pretty(&findings).unwrap_or_default())
         );
     } else {
         for f in &findings {
-            println!(
+            let line = format!(
                 "{:5}  {}  {}: {}",
                 f.severity.to_string(),
                 f.node,
                 f.check,
                 f.message
             );
+            println!("{}", shown::line(&line));
         }
     }
     Ok(if worst == Severity::Error {
-        exit::DOCTOR_ERRORS
+        exit::FINDINGS
     } else {
         0
     })
@@ -321,7 +325,7 @@ async fn clock_offset(conn: &mut MultiplexedConnection) -> Result<i64, String> {
     let before = wall_ms();
     let server = server_time_ms(conn).await?;
     let after = wall_ms();
-    Ok(server - (before + after) / 2)
+    Ok(server.saturating_sub(before / 2 + after / 2))
 }
 
 /// Clock offsets between nodes, and nodes that are one server.
@@ -332,8 +336,8 @@ fn compare(seen: &[Seen], drift_factor: f64, ttl: Duration, findings: &mut Vec<F
     // Offsets are no drift, but nodes far apart suggest a clock without NTP.
     let allowance = (ttl.as_millis() as f64 * drift_factor) as i64 + 2;
     for s in seen {
-        let apart = s.offset_ms - first.offset_ms;
-        let severity = if apart.abs() > 1000.max(allowance) {
+        let apart = s.offset_ms.saturating_sub(first.offset_ms);
+        let severity = if apart.unsigned_abs() > 1000.max(allowance).unsigned_abs() {
             Severity::Warn
         } else {
             Severity::Ok

@@ -1,23 +1,36 @@
-//! `quorumlock run`: a command under a lock. Acquires with the watchdog,
-//! runs the child with the lock's identity in its environment, forwards
-//! signals, signals the child when the lock is lost, and releases when the
-//! child ends.
+//! `quorumlock run`: a command under a lock. Acquires with the watchdog
+//! (saying why it waits), runs the command in a process group of its own
+//! with the lock's identity in its environment and bound to quorumlock's
+//! life, forwards signals, stops the command when the lock is lost or
+//! `--max-hold` is reached, and releases once nothing of the command runs.
+
+mod child;
+mod job;
+mod supervise;
+mod terminal;
+mod waiting;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::time::Duration;
 
-use quorumlock::{Error, LockGuard, MultiLock, Wait};
-use rustix::process::{Pid, Signal, kill_process};
-use tokio::process::{Child, Command};
+use quorumlock::{Error, LockGuard, MultiLock};
+use rustix::process::Signal;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
 
-use crate::args::{RunArgs, exit};
+use crate::args::{PassNodes, RunArgs, exit};
+use crate::connect::Inspector;
 use crate::nodes::{Failure, Settings};
+use crate::shown;
+use crate::watch::Watcher;
 
-/// The signals quorumlock forwards to the child.
-struct Signals {
+use self::child::Spec;
+use self::job::JobControl;
+use self::supervise::{Ended, Limits};
+use self::terminal::Terminal;
+use self::waiting::Waiting;
+
+/// The signals quorumlock forwards to the command's group.
+pub struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
@@ -39,7 +52,7 @@ impl Signals {
     }
 
     /// The next signal received.
-    async fn next(&mut self) -> Signal {
+    pub async fn next(&mut self) -> Signal {
         tokio::select! {
             _ = self.interrupt.recv() => Signal::INT,
             _ = self.terminate.recv() => Signal::TERM,
@@ -48,61 +61,172 @@ impl Signals {
     }
 }
 
+/// The longest name `run` takes: the command gets it as
+/// `QUORUMLOCK_NAME=<name>`, and Linux passes no environment string over
+/// 128 KiB (MAX_ARG_STRLEN, with its NUL).
+const MAX_NAME: usize = 128 * 1024 - "QUORUMLOCK_NAME=".len() - 1;
+
 /// Runs the command; returns the exit code.
 pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
-    let mut builder = settings.builder(args.ttl).watchdog(true);
-    if let Some(max) = args.max_hold {
-        builder = builder.max_hold(max);
+    if args.name().len() > MAX_NAME {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "{}: a name for `run` has at most {MAX_NAME} bytes (the command gets it in its environment)",
+                shown::name(args.name())
+            ),
+        ));
     }
-    let lock = MultiLock::new(settings.config(builder)?);
+    // --max-hold is enforced here, not by the library's `max_hold` (which
+    // stops renewing and lets the lock lapse under a command that may
+    // still run): the lock stays renewed until the command has ended.
+    let config = settings
+        .builder(args.ttl)?
+        .map(|b| b.watchdog(true))
+        .build()?;
+    let shown_urls = settings.shown_urls()?;
+    let lock = MultiLock::new(config);
     let mut signals = Signals::install()?;
+    let waiting = Waiting {
+        lock: &lock,
+        name: args.name(),
+        budget: if args.nonblock {
+            Some(std::time::Duration::ZERO)
+        } else {
+            args.wait
+        },
+        quiet: args.quiet,
+        inspector: Inspector::new(settings.nodes.iter().map(|u| settings.client(u)).collect()),
+    };
     let acquired = tokio::select! {
-        acquired = acquire(&lock, &args) => acquired,
+        acquired = waiting.acquire() => acquired,
         signal = signals.next() => return Ok(128 + signal.as_raw() as u8),
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
-        Err(error) => return Err(refused(&args, &error)),
-    };
-    let token = match guard.fencing_token().await {
-        Ok(token) => token,
-        Err(error) => {
-            guard.release().await;
-            return Err(Failure::new(
-                exit::UNAVAILABLE,
-                format!("{}: no fencing token: {error}", args.name),
-            ));
-        }
-    };
-    let child = match spawn(&args, &guard, token) {
-        Ok(child) => child,
-        Err(failure) => {
-            guard.release().await;
-            return Err(failure);
-        }
-    };
-    let ended = supervise(child, &guard, &mut signals, args.kill_after).await;
+    let guard = acquired.map_err(|error| refused(&args, &error))?;
+    let outcome = hold(settings, &args, &guard, &shown_urls, &mut signals).await;
     let report = guard.release().await;
+    let ended = outcome?;
     match ended {
-        Ended::Exited(status) => Ok(status_code(status)),
-        Ended::Lost(status) => {
+        Ended::Exited { status, .. } => Ok(status_code(status)),
+        Ended::Stopped(status) => {
             eprintln!(
-                "quorumlock: {}: the command was stopped ({}); released on {} node(s)",
-                args.name,
-                describe(status),
-                report.released
+                "{}",
+                shown::line(&format!(
+                    "quorumlock: {}: the command was stopped ({}); released on {} node(s)",
+                    shown::name(args.name()),
+                    describe(status),
+                    report.released
+                ))
             );
             Ok(exit::LOST)
         }
     }
 }
 
-async fn acquire(lock: &MultiLock, args: &RunArgs) -> Result<LockGuard, Error> {
-    if args.nonblock {
-        return lock.try_acquire(&args.name).await;
+/// Everything done while the lock is held: the fencing token, the watcher,
+/// the command, its supervision and its leftovers. The caller releases.
+async fn hold(
+    settings: &Settings,
+    args: &RunArgs,
+    guard: &LockGuard,
+    shown_urls: &[String],
+    signals: &mut Signals,
+) -> Result<Ended, Failure> {
+    // The watcher starts (a fork and exec, on a blocking thread) while the
+    // fencing token's round trip is under way; it is needed only once the
+    // command runs, and if it cannot start, neither does the command.
+    let (token, watcher) = tokio::join!(
+        fencing_token(guard),
+        tokio::task::spawn_blocking(Watcher::start)
+    );
+    let token = token.map_err(|error| {
+        Failure::new(
+            exit::UNAVAILABLE,
+            format!("{}: no fencing token: {error}", shown::name(args.name())),
+        )
+    })?;
+    let mut watcher = watcher
+        .map_err(std::io::Error::other)
+        .and_then(|started| started)
+        .map_err(|e| {
+            Failure::new(
+                exit::UNAVAILABLE,
+                format!("cannot start the watcher process: {e}"),
+            )
+        })?;
+    let mut env = vec![
+        ("QUORUMLOCK_NAME", args.name().to_owned()),
+        ("QUORUMLOCK_FENCING_TOKEN", token.to_string()),
+        ("QUORUMLOCK_OWNER", guard.token().to_owned()),
+    ];
+    match args.pass_nodes {
+        Some(PassNodes::Redacted) => env.push(("QUORUMLOCK_NODES", shown_urls.join(","))),
+        Some(PassNodes::WithPasswords) => env.push(("QUORUMLOCK_NODES", settings.nodes.join(","))),
+        None => {}
     }
-    let wait = args.wait.unwrap_or(Duration::MAX);
-    lock.acquire(&args.name, Wait::up_to(wait)).await
+    let terminal = Terminal::open();
+    let mut job = terminal.as_ref().and_then(JobControl::new);
+    child::adopt_orphans();
+    let mut child = child::spawn(&Spec {
+        command: &args.command,
+        env,
+        // Only a quorumlock in the terminal's foreground hands it over.
+        terminal: terminal.as_ref().filter(|t| t.is_ours()),
+    })?;
+    let group = child.group();
+    if let Err(e) = watcher.arm(group) {
+        eprintln!("quorumlock: warning: the watcher process is gone ({e})");
+    }
+    let limits = Limits {
+        name: args.name(),
+        kill_after: args.kill_after,
+        max_hold: args.max_hold,
+    };
+    let ended = supervise::supervise(&mut child, guard, signals, &limits, job.as_mut()).await;
+    let left = supervise::stop_leftovers(group, signals, args.kill_after).await;
+    // A group quorumlock signalled may still be on its way out: only
+    // leftovers of a command that ended by itself are news.
+    if left
+        && matches!(
+            ended,
+            Ended::Exited {
+                signalled: false,
+                ..
+            }
+        )
+    {
+        eprintln!(
+            "{}",
+            shown::line(&format!(
+                "quorumlock: {}: the command left processes in its process group: they were stopped before the release",
+                shown::name(args.name())
+            ))
+        );
+    }
+    if let Some(terminal) = &terminal {
+        terminal.take_back(group);
+    }
+    watcher.disarm();
+    Ok(ended)
+}
+
+/// How many rounds the fencing token gets: a round that too few nodes
+/// confirm within the node timeout (a busy node) is asked again.
+const FENCING_ROUNDS: u32 = 5;
+
+/// The fencing token, asked again while the lock is held if a round fell
+/// short.
+async fn fencing_token(guard: &LockGuard) -> Result<u64, Error> {
+    let mut round = 1;
+    loop {
+        match guard.fencing_token().await {
+            Err(e) if e.is_retryable() && round < FENCING_ROUNDS && guard.is_held() => {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * u64::from(round))).await;
+                round += 1;
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// The exit code and message for a lock that was not won.
@@ -112,99 +236,18 @@ fn refused(args: &RunArgs, error: &Error) -> Failure {
         Error::WaitBudgetExhausted { last, .. } => matches!(**last, Error::Contended { .. }),
         _ => false,
     };
+    let name = shown::name(args.name());
     if contended {
         return Failure::new(
             args.conflict_exit_code,
-            format!("{}: held elsewhere ({error})", args.name),
+            format!("{name}: held elsewhere ({error})"),
         );
     }
-    let code = match error {
-        Error::Config(_) | Error::InvalidKey { .. } => exit::USAGE,
-        _ => exit::UNAVAILABLE,
-    };
-    Failure::new(code, format!("{}: {error}", args.name))
-}
-
-fn spawn(args: &RunArgs, guard: &LockGuard, token: u64) -> Result<Child, Failure> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::new(exit::USAGE, "no command after `--`"))?;
-    Command::new(program)
-        .args(rest)
-        .env("QUORUMLOCK_NAME", &args.name)
-        .env("QUORUMLOCK_FENCING_TOKEN", token.to_string())
-        .env("QUORUMLOCK_OWNER", guard.token())
-        .spawn()
-        .map_err(|e| {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::NOT_EXECUTABLE,
-            };
-            Failure::new(code, format!("cannot run {program:?}: {e}"))
-        })
-}
-
-enum Ended {
-    /// The child ended while the lock was held.
-    Exited(ExitStatus),
-    /// The lock was lost; the child was signalled and has ended.
-    Lost(ExitStatus),
-}
-
-/// Waits for the child, forwarding signals; on a loss, SIGTERM then
-/// SIGKILL after `kill_after`.
-async fn supervise(
-    mut child: Child,
-    guard: &LockGuard,
-    signals: &mut Signals,
-    kill_after: Duration,
-) -> Ended {
-    let lost = guard.lost();
-    tokio::pin!(lost);
-    let mut lost_reason = None;
-    let mut kill_at: Option<Instant> = None;
-    loop {
-        let kill_timer = async {
-            match kill_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            status = child.wait() => {
-                // A wait error leaves no status to pass on: report a failure.
-                let status = status.unwrap_or_else(|_| ExitStatus::from_raw(1 << 8));
-                return match lost_reason {
-                    Some(_) => Ended::Lost(status),
-                    None => Ended::Exited(status),
-                };
-            }
-            signal = signals.next() => forward(&child, signal),
-            notice = &mut lost, if lost_reason.is_none() => {
-                eprintln!(
-                    "quorumlock: the lock can no longer be proven held ({}): sending SIGTERM, SIGKILL in {}",
-                    notice.reason,
-                    humantime::format_duration(kill_after)
-                );
-                lost_reason = Some(notice.reason);
-                forward(&child, Signal::TERM);
-                kill_at = Some(Instant::now() + kill_after);
-            }
-            () = kill_timer => {
-                kill_at = None;
-                forward(&child, Signal::KILL);
-            }
-        }
+    match error {
+        // The error names the name.
+        Error::Config(_) | Error::InvalidKey { .. } => Failure::new(exit::USAGE, error.to_string()),
+        _ => Failure::new(exit::UNAVAILABLE, format!("{name}: {error}")),
     }
-}
-
-fn forward(child: &Child, signal: Signal) {
-    let Some(pid) = child.id().and_then(|id| Pid::from_raw(id as i32)) else {
-        return; // already reaped
-    };
-    // The child may have ended between the check and the kill: nothing to do.
-    let _ = kill_process(pid, signal);
 }
 
 /// The child's status as an exit code: its code, or 128 + the signal that

@@ -2,78 +2,14 @@
 //! name never overlap, a child that outlives a lost lock is signalled, the
 //! exit codes, and `status` / `doctor` output.
 
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{BIN, code, command, nodes, path, spawn, wait_for};
 use quorumlock::{LockConfig, MultiLock};
 use quorumlock_testbed::Testbed;
-
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
-
-/// A spawned `quorumlock`, killed by its pid if the test ends first.
-struct Running(Child);
-
-impl Running {
-    fn wait_within(&mut self, limit: Duration) -> ExitStatus {
-        let began = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                began.elapsed() < limit,
-                "quorumlock did not end within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Running {
-    /// SIGTERM first, so that quorumlock stops its child and releases (a
-    /// SIGKILL would leave the child running), then SIGKILL if it lingers.
-    fn drop(&mut self) {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-        let began = Instant::now();
-        while began.elapsed() < Duration::from_secs(5) {
-            if !matches!(self.0.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nodes(testbed: &Testbed) -> String {
-    testbed.urls().join(",")
-}
-
-fn command(testbed: &Testbed) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("QUORUMLOCK_NODES", nodes(testbed));
-    cmd
-}
-
-fn spawn(mut cmd: Command) -> Running {
-    Running(cmd.stdout(Stdio::null()).spawn().expect("spawn quorumlock"))
-}
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let began = Instant::now();
-    while !done() {
-        assert!(began.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn code(status: ExitStatus) -> i32 {
-    status.code().expect("quorumlock exits with a code")
-}
 
 #[test]
 fn runs_on_one_name_never_overlap() {
@@ -195,7 +131,8 @@ fn a_child_that_ignores_sigterm_is_killed_after_kill_after() {
             .build()
             .expect("config");
         MultiLock::new(config).force_release("stubborn").await
-    });
+    })
+    .expect("a lock name");
     assert_eq!(code(running.wait_within(Duration::from_secs(15))), 76);
 }
 
@@ -238,15 +175,7 @@ fn exit_codes() {
     assert!(String::from_utf8_lossy(&no_nodes.stderr).contains("--nodes"));
 
     // Held elsewhere: --nonblock answers at once with 75 (or the code given).
-    let dir = tempfile::tempdir().expect("temp dir");
-    let started = dir.path().join("started");
-    let mut cmd = command(&testbed);
-    let hold = format!("touch {}; sleep 30", started.display());
-    cmd.args(["run", "held", "--", "sh", "-c", &hold]);
-    let _holder = spawn(cmd);
-    wait_for("the holder runs", Duration::from_secs(10), || {
-        started.exists()
-    });
+    let _holder = common::hold(&testbed, &[], "held");
     let began = Instant::now();
     assert_eq!(run(&["run", "--nonblock", "held", "--", "true"]), 75);
     assert!(
@@ -311,19 +240,8 @@ fn status_json(testbed: &Testbed, name: &str) -> Vec<serde_json::Value> {
 #[test]
 fn status_shows_the_holder_and_doctor_checks_the_nodes() {
     let testbed = Testbed::start(3).expect("nodes");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let owner_file = dir.path().join("owner");
-    let script = format!(
-        "echo $QUORUMLOCK_OWNER > {}; sleep 30",
-        owner_file.display()
-    );
-    let mut cmd = command(&testbed);
-    cmd.args(["run", "report", "--", "sh", "-c", &script]);
-    let _holder = spawn(cmd);
-    wait_for("the holder runs", Duration::from_secs(10), || {
-        std::fs::read_to_string(&owner_file).is_ok_and(|o| o.trim().len() == 32)
-    });
-    let owner = std::fs::read_to_string(&owner_file).expect("owner");
+    let holder = common::hold(&testbed, &[], "report");
+    let owner = &holder.owner;
     let rows = status_json(&testbed, "report");
     assert_eq!(rows.len(), 3);
     let holding: Vec<_> = rows
@@ -416,8 +334,4 @@ fn nodes_from_a_config_file() {
         stderr.contains("`ttl`") && stderr.contains("soon"),
         "{stderr}"
     );
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
 }

@@ -125,6 +125,15 @@ pub enum TestbedError {
         stderr: String,
     },
 
+    /// An `openssl` command that makes test certificates failed.
+    #[error("`{command}` failed: {stderr}")]
+    Openssl {
+        /// The command line that was run.
+        command: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+
     /// A replica did not catch up with its master in time.
     #[error(
         "replica on port {replica_port} not in sync with master on port {master_port} after {waited:?}: {detail}"

@@ -73,7 +73,7 @@ pub(crate) fn check(nodes: &[RedisNode], declared: &Declared) {
         if Instant::now() >= give_up {
             let list: Vec<String> = found
                 .iter()
-                .map(|l| format!("  {} {:?}: {}", l.node, l.key, l.what))
+                .map(|l| format!("  {} {:?}: {}", l.node, clip(&l.key), clip(&l.what)))
                 .collect();
             panic!(
                 "left on reachable nodes after the test (an undone write, or a release that \
@@ -83,6 +83,15 @@ pub(crate) fn check(nodes: &[RedisNode], declared: &Declared) {
             );
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// At most 200 characters of `text`, for a report a human reads (a test
+/// may plant a key named by a megabyte).
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!("{}… ({} bytes)", &text[..at], text.len()),
+        None => text.to_string(),
     }
 }
 

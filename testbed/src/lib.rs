@@ -67,6 +67,7 @@ pub mod hostile;
 mod leftovers;
 mod node;
 mod options;
+pub mod pki;
 pub mod proxy;
 pub mod sentinel;
 pub mod table;

@@ -23,6 +23,9 @@
 use std::collections::HashMap;
 
 use super::holds::{CLIENT_CRASH, FaultSpan, secs};
+
+/// The fault kind that promotes a replica (see the module's notes).
+const FAILOVER: &str = "failover";
 use super::rules::{Found, ViolationKind};
 use crate::chaos::history::{Event, Nanos, What};
 
@@ -38,6 +41,8 @@ struct Call<'a> {
     key: &'a str,
     hold: &'a str,
     worker: &'a str,
+    /// When it started.
+    start: Nanos,
     /// When it was over (released or failed), if it was.
     over: Option<Nanos>,
 }
@@ -59,7 +64,7 @@ pub(super) fn check(events: &[Event], faults: &[FaultSpan], found: &mut Found) {
             continue;
         };
         let Some(over) = call.over else { continue };
-        let Some(from) = judged_from(over, e.t, *node, call.worker, faults) else {
+        let Some(from) = judged_from(call, over, e.t, *node, faults) else {
             continue;
         };
         if e.t.saturating_sub(from) <= BOUND {
@@ -101,6 +106,7 @@ fn calls(events: &[Event]) -> HashMap<&str, Call<'_>> {
                     key,
                     hold,
                     worker: &e.src,
+                    start: e.t,
                     over: None,
                 },
             );
@@ -121,19 +127,23 @@ fn calls(events: &[Event]) -> HashMap<&str, Call<'_>> {
 /// Where the span judged for a probe at `t` starts: the call's end `over`,
 /// or the end of the last fault since then that could have delayed its
 /// undo on `node` (a fault of the node or its link, or a pause of the
-/// call's `worker`). `None` while such a fault is still on at `t`, or when
-/// the worker was killed before its undo was surely through.
+/// call's worker). `None` while such a fault is still on at `t`, when the
+/// worker was killed before its undo was surely through, or when a
+/// failover of `node` may have brought the key back.
 fn judged_from(
+    call: &Call<'_>,
     over: Nanos,
     t: Nanos,
     node: usize,
-    worker: &str,
     faults: &[FaultSpan],
 ) -> Option<Nanos> {
     let mut from = over;
     for f in faults.iter().take_while(|f| f.start <= t) {
-        if f.end < over || !hinders(f, node, worker) {
+        if f.end < over || !hinders(f, node, call.worker) {
             continue;
+        }
+        if f.kind == FAILOVER && call.start < f.start && f.start <= over + BOUND {
+            return None;
         }
         if f.kind == CLIENT_CRASH {
             // Killed: only an undo due before the kill can be judged.

@@ -342,6 +342,27 @@ fn a_fault_of_the_node_or_the_worker_restarts_the_bound() {
 }
 
 #[test]
+fn a_failover_may_bring_back_a_released_key_for_its_ttl() {
+    let bound = released::BOUND as f64 / 1e6;
+    // Replication of n2 cut at 25 ms (w0-1 held k0 then), the release at
+    // 30 ms runs on the old master only, the replica is promoted at 400:
+    // it still has the key, which lives out its TTL.
+    let late = 400.0 + bound + 100.0;
+    let report = left_after_release(&[late], &[("failover", "n2", 25.0, 400.0)]);
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 0);
+    // A failover of another node excuses nothing, nor one that began long
+    // after the release (the replica had it by then).
+    let report = left_after_release(&[late], &[("failover", "n1", 25.0, 400.0)]);
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 1);
+    let start = 30.0 + bound + 50.0;
+    let report = left_after_release(
+        &[start + 300.0 + bound + 100.0],
+        &[("failover", "n2", start, start + 300.0)],
+    );
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 1);
+}
+
+#[test]
 fn a_worker_killed_before_its_undo_was_through_is_not_judged() {
     let bound = released::BOUND as f64 / 1e6;
     // n2 cut off from 20 ms, w0 killed at 200 ms (its release, sent at

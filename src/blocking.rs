@@ -30,8 +30,9 @@
 //! use quorumlock::blocking::MultiLock;
 //! use quorumlock::{LockConfig, Wait};
 //!
-//! let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-//! let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+//! # let testbed = quorumlock_testbed::Testbed::start(3)?;
+//! # let nodes = testbed.urls();
+//! let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
 //!
 //! let guard = lock.acquire("report:2026-11", Wait::up_to(Duration::from_secs(1)))?;
 //! assert!(guard.is_held());
@@ -111,8 +112,9 @@ impl Drop for Runtime {
 /// use quorumlock::blocking::MultiLock;
 /// use quorumlock::LockConfig;
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
 /// let guard = lock.try_acquire("stock:42")?;
 /// assert!(lock.try_acquire("stock:42").is_err(), "held");
 /// guard.release();
@@ -220,8 +222,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// assert!(lock.warm_up().iter().all(Result::is_ok));
     /// # Ok(())
     /// # }
@@ -238,8 +241,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{Error, LockConfig};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let guard = lock.try_acquire("stock:42")?;
     /// assert!(matches!(lock.try_acquire("stock:42"), Err(Error::Contended { .. })));
     /// guard.release();
@@ -263,8 +267,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{LockConfig, Wait};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let guard = lock.acquire("nightly", Wait::up_to(Duration::from_secs(1)))?;
     /// guard.release();
     /// # Ok(())
@@ -287,8 +292,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{GuardOptions, LockConfig};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let brief = GuardOptions::default().ttl(Duration::from_secs(3));
     /// let guard = lock.try_acquire_with("report", &brief)?;
     /// assert!(guard.validity() <= Duration::from_secs(3));
@@ -313,8 +319,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{GuardOptions, LockConfig, Wait};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let watched = GuardOptions::default().watchdog(true);
     /// let guard = lock.acquire_with("migration", Wait::up_to(Duration::from_secs(1)), &watched)?;
     /// assert!(guard.is_watched());
@@ -343,8 +350,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let both = lock.try_acquire_all(&["account:7", "account:3"])?;
     /// assert_eq!(both.keys().count(), 2);
     /// both.release();
@@ -368,8 +376,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{LockConfig, Wait};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let both = lock.acquire_all(&["warehouse:a", "warehouse:b"], Wait::up_to(Duration::from_secs(1)))?;
     /// both.release();
     /// # Ok(())
@@ -390,8 +399,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{LockConfig, Owner, Wait};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let owner = Owner::new();
     /// let outer = lock.acquire_as(&owner, "ledger", Wait::NONE)?;
     /// let inner = lock.acquire_as(&owner, "ledger", Wait::NONE)?; // re-entry
@@ -415,8 +425,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{LockConfig, Owner, Wait};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let owner = Owner::new();
     /// let both = lock.acquire_all_as(&owner, &["account:3", "account:7"], Wait::NONE)?;
     /// both.release();
@@ -445,8 +456,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).watchdog(true).build()?)?;
     /// let stuck = lock.try_acquire("nightly")?;
     /// let found = lock.force_release("nightly")?;
     /// assert!(found.iter().filter(|r| matches!(r, Ok(true))).count() >= 2);
@@ -478,8 +490,9 @@ impl MultiLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{LockConfig, Wait};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let total = lock.run_exclusive("nightly-job", Wait::up_to(Duration::from_secs(1)), |held| {
     ///     assert!(held.is_held() && held.is_watched());
     ///     42
@@ -533,8 +546,9 @@ fn owned<S: AsRef<str>>(names: &[S]) -> Vec<String> {
 /// use quorumlock::blocking::MultiLock;
 /// use quorumlock::LockConfig;
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
 /// let guard = lock.try_acquire("invoice:7")?;
 /// let held = guard.handle();
 /// let worker = std::thread::spawn(move || held.is_held());
@@ -572,8 +586,9 @@ impl HeldLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let first = lock.try_acquire("ledger")?;
     /// let a = first.fencing_token()?;
     /// first.release();
@@ -595,8 +610,9 @@ impl HeldLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let outer = lock.try_acquire("ledger")?;
     /// let inner = outer.reenter()?;
     /// inner.release();
@@ -626,8 +642,9 @@ impl HeldLock {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::{LockConfig, LostReason};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).watchdog(true).build()?)?;
     /// let guard = lock.try_acquire("nightly")?;
     /// assert!(guard.wait_lost(Duration::from_millis(10)).is_none());
     /// lock.force_release("nightly")?;
@@ -652,8 +669,9 @@ impl HeldLock {
 /// use quorumlock::blocking::MultiLock;
 /// use quorumlock::LockConfig;
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
 /// {
 ///     let _guard = lock.try_acquire("scoped")?;
 ///     // ... work ...
@@ -690,8 +708,9 @@ impl LockGuard {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let guard = lock.try_acquire("invoice:8")?;
     /// let held = guard.handle();
     /// assert_eq!(held.key(), "invoice:8");
@@ -712,8 +731,9 @@ impl LockGuard {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let config = LockConfig::builder().nodes(testbed.urls()).ttl(Duration::from_secs(5)).build()?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let config = LockConfig::builder().nodes(nodes).ttl(Duration::from_secs(5)).build()?;
     /// let lock = MultiLock::new(config)?;
     /// let mut guard = lock.try_acquire("long-job")?;
     /// let validity = guard.extend(Duration::from_secs(20))?;
@@ -740,8 +760,9 @@ impl LockGuard {
     /// use quorumlock::blocking::MultiLock;
     /// use quorumlock::LockConfig;
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?)?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
     /// let report = lock.try_acquire("once")?.release();
     /// assert!(report.was_held);
     /// # Ok(())

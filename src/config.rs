@@ -717,13 +717,12 @@ impl LockConfigBuilder {
     /// credentials.
     ///
     /// ```
-    /// let testbed = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
     /// use quorumlock::LockConfig;
-    ///
-    /// use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
+    /// // The `redis` crate of the version the lock uses.
+    /// use quorumlock::redis::{self, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
     ///
     /// // RESP3, which a URL cannot ask for.
-    /// let info = ConnectionAddr::Tcp("127.0.0.1".into(), testbed.node(0).port())
+    /// let info = ConnectionAddr::Tcp("10.0.0.1".into(), 6379)
     ///     .into_connection_info()?
     ///     .set_redis_settings(RedisConnectionInfo::default().set_protocol(ProtocolVersion::RESP3));
     /// let config = LockConfig::builder()
@@ -1698,11 +1697,12 @@ mod tests {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
 /// use std::time::Duration;
 /// use quorumlock::{GuardOptions, LockConfig, MultiLock, Wait};
 ///
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// // A short job: a 2 s lease, no watchdog.
 /// let quick = GuardOptions::default().ttl(Duration::from_secs(2));
 /// let guard = lock.acquire_with("cache-warm", Wait::up_to(Duration::from_secs(1)), &quick).await?;

@@ -391,8 +391,9 @@ impl NodeError {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// let holder = lock.try_acquire("stock:1").await?;
 /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
 /// let reports = refused.node_reports().expect("contention reports each node");
@@ -433,8 +434,9 @@ pub enum NodeOutcome {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// let holder = lock.try_acquire("stock:1").await?;
 /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
 /// let reports = refused.node_reports().expect("contention reports each node");
@@ -461,8 +463,9 @@ pub struct NodeReport {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// let holder = lock.try_acquire("stock:1").await?;
 /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
 /// let reports = refused.node_reports().expect("contention reports each node");
@@ -521,8 +524,9 @@ impl NodeReports {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let holder = lock.try_acquire("stock:1").await?;
     /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
     /// let reports = refused.node_reports().expect("contention reports each node");
@@ -542,12 +546,14 @@ impl NodeReports {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let first_node = nodes[0].clone();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let holder = lock.try_acquire("stock:1").await?;
     /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
     /// let reports = refused.node_reports().expect("contention reports each node");
-    /// assert_eq!(reports.as_slice()[0].node, testbed.urls()[0]);
+    /// assert_eq!(reports.as_slice()[0].node, first_node);
     /// holder.release().await;
     /// # Ok(())
     /// # }
@@ -563,8 +569,9 @@ impl NodeReports {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let holder = lock.try_acquire("stock:1").await?;
     /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
     /// let reports = refused.node_reports().expect("contention reports each node");
@@ -584,8 +591,9 @@ impl NodeReports {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let holder = lock.try_acquire("stock:1").await?;
     /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
     /// let reports = refused.node_reports().expect("contention reports each node");
@@ -605,8 +613,9 @@ impl NodeReports {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let holder = lock.try_acquire("stock:1").await?;
     /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
     /// let reports = refused.node_reports().expect("contention reports each node");
@@ -648,8 +657,9 @@ impl IntoIterator for NodeReports {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, LostReason, MultiLock};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).watchdog(true).build()?);
 /// let guard = lock.try_acquire("nightly").await?;
 /// lock.force_release("nightly").await?;
 /// let notice = guard.lost().await;
@@ -708,8 +718,9 @@ impl fmt::Display for LostReason {
 /// use std::time::Duration;
 /// use quorumlock::{Error, LockConfig, MultiLock, Wait};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// let holder = lock.try_acquire("invoice:9").await?;
 /// match lock.acquire("invoice:9", Wait::up_to(Duration::from_millis(50))).await {
 ///     Ok(_) => unreachable!("held by the first guard"),
@@ -886,8 +897,9 @@ impl Error {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let holder = lock.try_acquire("stock:1").await?;
     /// let refused = lock.try_acquire("stock:1").await.unwrap_err();
     /// let reports = refused.node_reports().expect("contention reports each node");

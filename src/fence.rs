@@ -10,14 +10,16 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-//! let resource_server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+//! # let testbed = quorumlock_testbed::Testbed::start(3)?;
+//! # let nodes = testbed.urls();
+//! # let resource_server = quorumlock_testbed::Testbed::start(1)?;
+//! # let resource_url = resource_server.urls()[0].clone();
 //! use quorumlock::{LockConfig, MultiLock};
 //! use quorumlock::fenced::{FencedResource, Write};
 //!
-//! let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+//! let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 //! // A resource on its own server, not on the lock nodes.
-//! let account = FencedResource::open(&resource_server.urls()[0], "account:42").await?;
+//! let account = FencedResource::open(&resource_url, "account:42").await?;
 //!
 //! let first = lock.try_acquire("account:42").await?;
 //! let t1 = first.fencing_token().await?;
@@ -182,10 +184,11 @@ impl HeldLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("batch").await?;
     /// let token = guard.fencing_token().await?;
     /// assert_eq!(guard.fencing_token().await?, token, "one holder, one token");

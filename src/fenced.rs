@@ -10,10 +10,11 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+//! # let server = quorumlock_testbed::Testbed::start(1)?;
+//! # let resource_url = server.urls()[0].clone();
 //! use quorumlock::fenced::{FencedResource, Write};
 //!
-//! let resource = FencedResource::open(&server.urls()[0], "report").await?;
+//! let resource = FencedResource::open(&resource_url, "report").await?;
 //! assert_eq!(resource.write(7, "v1").await?, Write::Accepted);
 //! assert_eq!(resource.write(7, "v1 again").await?, Write::Accepted, "same holder");
 //! assert_eq!(resource.write(5, "stale").await?, Write::Rejected { last: 7 });
@@ -58,8 +59,9 @@ return {1, redis.call('HGET', KEYS[1], 'value')}
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::fenced::{FencedResource, Read, Write};
 ///
-/// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
-/// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+/// # let server = quorumlock_testbed::Testbed::start(1)?;
+/// # let resource_url = server.urls()[0].clone();
+/// let ledger = FencedResource::open(&resource_url, "ledger").await?;
 /// ledger.write(9, "v9").await?;
 /// assert_eq!(ledger.read_fenced(9).await?, Read::Value(Some("v9".into())));
 /// assert_eq!(ledger.read_fenced(8).await?, Read::Rejected { last: 9 });
@@ -86,8 +88,9 @@ pub enum Read {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::fenced::{FencedResource, Read, Write};
 ///
-/// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
-/// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+/// # let server = quorumlock_testbed::Testbed::start(1)?;
+/// # let resource_url = server.urls()[0].clone();
+/// let ledger = FencedResource::open(&resource_url, "ledger").await?;
 /// assert_eq!(ledger.write(5, "new").await?, Write::Accepted);
 /// assert_eq!(ledger.write(4, "stale").await?, Write::Rejected { last: 5 });
 /// # Ok(())
@@ -112,8 +115,9 @@ pub enum Write {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::fenced::{FencedResource, Read, Write};
 ///
-/// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
-/// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+/// # let server = quorumlock_testbed::Testbed::start(1)?;
+/// # let resource_url = server.urls()[0].clone();
+/// let ledger = FencedResource::open(&resource_url, "ledger").await?;
 /// // Each holder writes with its fencing token; a stale holder is refused.
 /// assert_eq!(ledger.write(12, "from holder 12").await?, Write::Accepted);
 /// assert!(matches!(ledger.write(11, "from a paused holder").await?, Write::Rejected { .. }));
@@ -140,11 +144,12 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// # let resource_url = server.urls()[0].clone();
     /// use quorumlock::fenced::FencedResource;
     ///
     /// // A server of its own, not one of the lock's nodes.
-    /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+    /// let ledger = FencedResource::open(&resource_url, "ledger").await?;
     /// assert_eq!(ledger.read().await?, None, "nothing written yet");
     /// # Ok(())
     /// # }
@@ -171,8 +176,9 @@ impl FencedResource {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::fenced::{FencedResource, Write};
     ///
-    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
-    /// let conn = quorumlock::redis::Client::open(server.urls()[0].as_str())?
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// # let resource_url = server.urls()[0].clone();
+    /// let conn = quorumlock::redis::Client::open(resource_url.as_str())?
     ///     .get_multiplexed_async_connection()
     ///     .await?;
     /// let orders = FencedResource::with_connection(conn.clone(), "orders");
@@ -194,10 +200,11 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// # let resource_url = server.urls()[0].clone();
     /// use quorumlock::fenced::{FencedResource, Write};
     ///
-    /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+    /// let ledger = FencedResource::open(&resource_url, "ledger").await?;
     /// assert_eq!(ledger.write(41, "balance 100").await?, Write::Accepted);
     /// // A holder that paused past its lease comes back with an older token.
     /// assert_eq!(ledger.write(40, "balance 0").await?, Write::Rejected { last: 41 });
@@ -227,10 +234,11 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// # let resource_url = server.urls()[0].clone();
     /// use quorumlock::fenced::{FencedResource, Read, Write};
     ///
-    /// let counter = FencedResource::open(&server.urls()[0], "counter").await?;
+    /// let counter = FencedResource::open(&resource_url, "counter").await?;
     /// // A (token 3) reads, then B (token 4) reads and writes.
     /// assert_eq!(counter.read_fenced(3).await?, Read::Value(None));
     /// assert_eq!(counter.read_fenced(4).await?, Read::Value(None));
@@ -288,10 +296,11 @@ impl FencedResource {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+    /// # let server = quorumlock_testbed::Testbed::start(1)?;
+    /// # let resource_url = server.urls()[0].clone();
     /// use quorumlock::fenced::FencedResource;
     ///
-    /// let ledger = FencedResource::open(&server.urls()[0], "ledger").await?;
+    /// let ledger = FencedResource::open(&resource_url, "ledger").await?;
     /// ledger.write(7, "v7").await?;
     /// assert_eq!(ledger.read().await?, Some((7, "v7".to_string())));
     /// # Ok(())

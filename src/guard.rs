@@ -64,11 +64,12 @@ impl Services {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock};
 ///
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// let guard = lock.try_acquire("invoice:7").await?;
 /// let held = guard.handle();
 /// let worker = tokio::spawn(async move {
@@ -105,8 +106,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire_all(&["b", "a"]).await?;
     /// assert_eq!(guard.key(), "a", "the first in sorted order");
     /// guard.release().await;
@@ -124,8 +126,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire_all(&["b", "a"]).await?;
     /// assert_eq!(guard.keys().collect::<Vec<_>>(), ["a", "b"]);
     /// guard.release().await;
@@ -145,8 +148,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// assert_eq!(guard.token(), guard.owner().token());
     /// assert_eq!(guard.token().len(), 32);
@@ -167,8 +171,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// // The owner re-enters from anywhere it is passed to.
     /// let again = lock.acquire_as(&guard.owner(), "job", quorumlock::Wait::NONE).await?;
@@ -191,8 +196,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// assert!(guard.is_held());
     /// let held = guard.handle();
@@ -213,8 +219,9 @@ impl HeldLock {
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let config = LockConfig::builder().nodes(testbed.urls()).ttl(Duration::from_secs(10)).build()?;
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let config = LockConfig::builder().nodes(nodes).ttl(Duration::from_secs(10)).build()?;
     /// let lock = MultiLock::new(config);
     /// let guard = lock.try_acquire("job").await?;
     /// // TTL minus the acquire's time minus the drift allowance.
@@ -234,8 +241,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// assert_eq!(guard.deadline().remaining().as_secs(), guard.validity().as_secs());
     /// guard.release().await;
@@ -253,8 +261,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).watchdog(true).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// assert!(guard.is_watched());
     /// guard.release().await;
@@ -273,8 +282,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// use quorumlock::Hold;
     /// let guard = lock.try_acquire("job").await?;
     /// for (node, hold) in guard.nodes() {
@@ -301,8 +311,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// assert!(guard.held_nodes().count() >= 2, "at least the quorum");
     /// guard.release().await;
@@ -322,8 +333,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// assert!(guard.last_renewal().is_none(), "no renewal yet");
     /// guard.release().await;
@@ -354,8 +366,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, LostReason, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).watchdog(true).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// let lost = guard.lost();
     /// lock.force_release("job").await?;
@@ -380,8 +393,9 @@ impl HeldLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// let token = guard.cancellation_token();
     /// let work = tokio::spawn(async move {
@@ -421,11 +435,12 @@ impl HeldLock {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock};
 ///
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).ttl(Duration::from_secs(2)).build()?);
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).ttl(Duration::from_secs(2)).build()?);
 /// let mut guard = lock.try_acquire("stock:sku-42").await?;
 /// // A majority of the 3 nodes confirmed; the third may still be answering.
 /// assert!(guard.held_nodes().count() >= 2);
@@ -486,8 +501,9 @@ impl LockGuard {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// let held = guard.handle();
     /// tokio::spawn(async move { assert!(held.is_held()) }).await?;
@@ -521,11 +537,12 @@ impl LockGuard {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).ttl(Duration::from_secs(2)).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).ttl(Duration::from_secs(2)).build()?);
     /// let mut guard = lock.try_acquire("export").await?;
     /// // The export takes longer than planned: ask for 30 s from now.
     /// let validity = guard.extend(Duration::from_secs(30)).await?;
@@ -621,10 +638,11 @@ impl LockGuard {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("nightly").await?;
     /// let report = guard.release().await;
     /// assert!(report.was_held);

@@ -46,8 +46,9 @@ use crate::telemetry;
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, MultiLock};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// use quorumlock::Hold;
 /// let guard = lock.try_acquire("job").await?;
 /// let held = guard.nodes().filter(|(_, h)| *h == Hold::Held).count();
@@ -91,8 +92,9 @@ impl Hold {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, LostReason, MultiLock};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).watchdog(true).build()?);
 /// let guard = lock.try_acquire("job").await?;
 /// lock.force_release("job").await?;
 /// let notice = guard.lost().await;
@@ -122,9 +124,10 @@ pub struct LossNotice {
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
 /// let config = LockConfig::builder()
-///     .nodes(testbed.urls())
+///     .nodes(nodes)
 ///     .ttl(Duration::from_secs(1))
 ///     .watchdog(true)
 ///     .build()?;

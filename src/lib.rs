@@ -41,12 +41,13 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let testbed = quorumlock_testbed::Testbed::start(5)?; // 5 local redis-servers
+//! # let testbed = quorumlock_testbed::Testbed::start(5)?;
+//! # let nodes = testbed.urls();
 //! use std::time::Duration;
 //! use quorumlock::{Error, LockConfig, MultiLock, Quorum, Wait};
 //!
 //! let config = LockConfig::builder()
-//!     .nodes(testbed.urls())              // five independent masters
+//!     .nodes(nodes)                       // five independent masters
 //!     .quorum(Quorum::Majority)           // three must agree
 //!     .ttl(Duration::from_secs(10))
 //!     .build()?;
@@ -64,11 +65,12 @@
 //! # }
 //! ```
 //!
-//! The examples run as they are: each starts its own local
-//! `redis-server` processes with `quorumlock_testbed::Testbed::start(n)`, the
-//! repository's test harness (a workspace crate, not published). In your
-//! code, give the URLs of your nodes instead (`testbed.urls()` is a
-//! `Vec<String>` of `redis://127.0.0.1:<port>` URLs).
+//! In the examples, `nodes` is a `Vec<String>` of your nodes' URLs
+//! (`redis://host:port`, one per independent master), as your configuration
+//! gives them, and `resource_url` the URL of a Redis server that is not a
+//! node. The examples also run as the crate's tests: lines hidden from this
+//! page start local `redis-server`s for them with the repository's test
+//! harness and fill in those URLs.
 //!
 //! # Safety
 //!
@@ -163,6 +165,15 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+// The Rust snippets of README.md and GUIDE.md, compiled (and run, unless
+// marked `no_run`) with the doctests, so that what a reader pastes builds.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../GUIDE.md")]
+pub struct GuideDoctests;
 
 // The layers, each importing only from the layers below it (see
 // ARCHITECTURE.md; `tests/architecture.rs` keeps the shape).

@@ -40,12 +40,12 @@ use crate::wake::Woken;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let urls = testbed.urls();
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock, Wait};
 ///
-/// let lock = MultiLock::new(LockConfig::builder().nodes(urls).ttl(Duration::from_secs(10)).build()?);
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).ttl(Duration::from_secs(10)).build()?);
 /// let guard = lock.acquire("nightly-report", Wait::up_to(Duration::from_secs(2))).await?;
 /// assert!(guard.is_held());
 /// // ... work that must not run twice at once, within guard.validity() ...
@@ -87,8 +87,9 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// // Clones share the connections, the watchdog and the counters.
     /// let shared = lock.clone();
     /// shared.try_acquire("job").await?.release().await;
@@ -135,8 +136,9 @@ impl MultiLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("job").await?;
     /// assert!(lock.try_acquire("job").await.is_err());
     /// guard.release().await;
@@ -155,10 +157,11 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{LockConfig, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// // At start-up: fail fast if a node is unreachable or misconfigured.
     /// for (url, connected) in lock.config().node_urls().zip(lock.warm_up().await) {
     ///     connected.map_err(|e| format!("{url}: {e}"))?;
@@ -206,11 +209,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start_unadopted(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start_unadopted(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{LockConfig, MultiLock};
     ///
     /// // Three servers just started for a new deployment.
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// assert!(lock.adopt_empty_nodes().await.iter().all(Result::is_ok));
     /// lock.try_acquire("first-job").await?.release().await;
     /// # Ok(())
@@ -257,10 +261,11 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{Error, LockConfig, LostReason, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).watchdog(true).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).watchdog(true).build()?);
     /// let stuck = lock.try_acquire("nightly").await?;
     /// let found = lock.force_release("nightly").await?;
     /// assert!(found.iter().filter(|r| matches!(r, Ok(true))).count() >= 2);
@@ -311,11 +316,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{GuardOptions, LockConfig, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let brief = GuardOptions::default().ttl(Duration::from_secs(3));
     /// let guard = lock.try_acquire_with("report", &brief).await?;
     /// assert!(guard.validity() <= Duration::from_secs(3));
@@ -345,11 +351,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{GuardOptions, LockConfig, MultiLock, Wait};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// // The lock's guards have no watchdog; this one is renewed while it works.
     /// let watched = GuardOptions::default().watchdog(true);
     /// let guard = lock.acquire_with("migration", Wait::up_to(Duration::from_secs(1)), &watched).await?;
@@ -391,10 +398,11 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{Error, LockConfig, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let guard = lock.try_acquire("stock:42").await?;
     /// // Held: a second attempt, from any owner, is refused at once.
     /// assert!(matches!(lock.try_acquire("stock:42").await, Err(Error::Contended { .. })));
@@ -433,11 +441,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{Error, LockConfig, MultiLock, Wait};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let first = lock.acquire("nightly", Wait::up_to(Duration::from_secs(1))).await?;
     /// // The name is taken: this waits up to 100 ms, then gives up.
     /// match lock.acquire("nightly", Wait::up_to(Duration::from_millis(100))).await {
@@ -474,10 +483,11 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use quorumlock::{Error, LockConfig, MultiLock};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let transfer = lock.try_acquire_all(&["account:7", "account:3"]).await?;
     /// assert_eq!(transfer.keys().collect::<Vec<_>>(), ["account:3", "account:7"]);
     /// // One of the names is taken, so the whole set is refused.
@@ -501,11 +511,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock, Wait};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let both = lock
     ///     .acquire_all(&["warehouse:a", "warehouse:b"], Wait::up_to(Duration::from_secs(1)))
     ///     .await?;
@@ -540,11 +551,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock, Owner, Wait};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let owner = Owner::new();
     /// let outer = lock.acquire_as(&owner, "ledger", Wait::up_to(Duration::from_secs(1))).await?;
     /// // Elsewhere (another task, or a process given `owner.token()`):
@@ -578,11 +590,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock, Owner, Wait};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let owner = Owner::new();
     /// let one = lock.acquire_as(&owner, "account:3", Wait::up_to(Duration::from_secs(1))).await?;
     /// // Re-enters account:3 (the same owner), takes account:7.

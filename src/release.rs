@@ -41,8 +41,9 @@ use crate::wake::{Handoff, HandoffEvent, Wake};
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, MultiLock};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// let report = lock.try_acquire("job").await?.release().await;
 /// assert!(report.was_held);
 /// assert!(report.released >= 2 && report.failed.is_empty());

@@ -39,11 +39,12 @@ impl MultiLock {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
     /// use std::time::Duration;
     /// use quorumlock::{LockConfig, MultiLock, Wait};
     ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
     /// let total = lock
     ///     .run_exclusive("nightly-job", Wait::up_to(Duration::from_secs(1)), |held| async move {
     ///         assert!(held.is_held() && held.is_watched());

@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
 /// use quorumlock::{LockConfig, MultiLock};
 ///
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// lock.try_acquire("report").await?.release().await;
 /// let stats = lock.stats();
 /// assert_eq!((stats.attempts, stats.acquired, stats.released), (1, 1, 1));
@@ -80,8 +81,9 @@ pub struct LockStats {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, MultiLock};
 ///
-/// let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
-/// let lock = MultiLock::new(LockConfig::builder().nodes(testbed.urls()).build()?);
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+/// # let nodes = testbed.urls();
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// lock.try_acquire("job").await?.release().await;
 /// for node in lock.stats().nodes {
 ///     assert_eq!((node.errors, node.timeouts), (0, 0), "{}", node.node);

@@ -155,7 +155,7 @@ pub(crate) enum Woken {
 struct Subscriber {
     /// The node's index, its slot in the notice counts.
     index: usize,
-    /// `None` for a Sentinel node: its waiters poll (see the README).
+    /// `None` for a Sentinel node: its waiters poll (see GUIDE.md).
     client: Option<Client>,
     name: Arc<str>,
     changes: Mutex<Option<mpsc::UnboundedSender<Change>>>,

@@ -9,12 +9,13 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+//! # let testbed = quorumlock_testbed::Testbed::start(3)?;
+//! # let nodes = testbed.urls();
 //! use std::time::Duration;
 //! use quorumlock::{LockConfig, MultiLock, Wait};
 //!
 //! let config = LockConfig::builder()
-//!     .nodes(testbed.urls())
+//!     .nodes(nodes)
 //!     .ttl(Duration::from_secs(1))
 //!     .watchdog(true)
 //!     .build()?;

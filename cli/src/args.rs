@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Exit codes, as in sysexits.h where one fits (cron wrappers and shell
-/// scripts test for them). README.md's table and `--help` say the same.
+/// scripts test for them). GUIDE.md's table and `--help` say the same.
 pub mod exit {
     /// The name is held by someone else (`--nonblock`, or `--wait` ran
     /// out). EX_TEMPFAIL; `--conflict-exit-code` changes it.

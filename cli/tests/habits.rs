@@ -1,5 +1,5 @@
 //! flock(1) habits: bare seconds for durations, exit codes that match the
-//! README and `--help` (a bad `--nodes` is a usage error, a bad `--config`
+//! guide (GUIDE.md) and `--help` (a bad `--nodes` is a usage error, a bad `--config`
 //! file a configuration error), and `rediss://` nodes.
 
 mod common;
@@ -52,7 +52,7 @@ fn codes_in(text: &str) -> Vec<u32> {
 }
 
 #[test]
-fn the_readme_and_help_give_the_same_exit_codes() {
+fn the_guide_and_help_give_the_same_exit_codes() {
     let help = Command::new(BIN).arg("--help").output().expect("--help");
     assert_eq!(code(help.status), 0);
     let help = text(&help.stdout);
@@ -60,22 +60,21 @@ fn the_readme_and_help_give_the_same_exit_codes() {
         .split("Exit codes:")
         .nth(1)
         .expect("--help lists the exit codes");
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README");
-    let section = readme
+    let guide = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../GUIDE.md"))
+        .expect("GUIDE.md");
+    let section = guide
         .split("## The `quorumlock` command")
         .nth(1)
-        .and_then(|s| s.split("\n# ").next())
-        .expect("the README's section on the command");
-    let readme_codes = section
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the guide's section on the command");
+    let guide_codes = section
         .split("Exit codes")
         .nth(1)
-        .expect("the README lists the exit codes");
+        .expect("the guide lists the exit codes");
     assert_eq!(
         codes_in(table),
-        codes_in(readme_codes),
-        "{table}\n---\n{readme_codes}"
+        codes_in(guide_codes),
+        "{table}\n---\n{guide_codes}"
     );
     assert_eq!(codes_in(table), [0, 1, 64, 69, 75, 76, 78, 126, 127]);
 }

@@ -40,7 +40,7 @@ fn short_mix_of_every_fault_passes_with_coverage() {
     options.seed = 20_261_121;
     options.progress = true;
     // Floors for a shared CI machine: well below what this machine does
-    // (see the README), high enough that a run which barely ran is invalid.
+    // (see TESTING.md), high enough that a run which barely ran is invalid.
     options.floors = Floors {
         min_acquisitions: 3_000,
         min_faults: 15,

@@ -109,7 +109,13 @@ fn control_single_node_failover_is_caught() {
 
 #[test]
 fn control_immediate_restart_without_persistence_is_caught() {
-    caught(Control::ImmediateRestart);
+    let (outcome, table) = caught(Control::ImmediateRestart);
+    // The cause as well as its effect: the restarted node counted for B
+    // within the quarantine a deployment runs with.
+    assert!(
+        outcome.report.count(ViolationKind::VoteInQuarantine) > 0,
+        "{table}"
+    );
 }
 
 #[test]

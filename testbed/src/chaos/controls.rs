@@ -6,7 +6,7 @@
 //! | control | what it breaks | what the checker must see |
 //! |---|---|---|
 //! | `single_node_failover` | one node only: its replica never saw the lock | overlap |
-//! | `immediate_restart` | a node restarts empty at once, and two quorums meet on it | overlap |
+//! | `immediate_restart` | a node restarts empty at once, and two quorums meet on it | overlap (and the vote in quarantine that caused it) |
 //! | `fast_clocks` | a majority's clocks run 4× fast: keys expire long before the validity ends | overlap |
 //! | `client_pause` | a holder pauses past its validity between its lock check and its writes | unfenced lost update (the fenced write is refused) |
 //! | `lost_release` | a release that never reaches one node (the key is put back there as the release skipped it) | key left after release |
@@ -442,6 +442,11 @@ async fn immediate_restart(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosEr
         .arg(key)
         .query::<()>(&mut n2)
         .map_err(crate::TestbedError::from)?;
+    // What a deployment would run with (one TTL), against which the
+    // checker judges the votes the clients, with the quarantine off, count.
+    let _ = log.log(What::Settings {
+        quarantine_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+    });
     fault_start(
         &log,
         1,

@@ -198,6 +198,13 @@ pub enum What {
         /// `n<i>:<key>` (fencing counters excluded: they never expire).
         keys_left: Vec<String>,
     },
+    /// The lock settings every worker of the run uses, logged once at its
+    /// start, so that the checker can judge what depends on them.
+    Settings {
+        /// How long a node restarted without its data casts no vote
+        /// (`LockConfig`'s quarantine, in ms).
+        quarantine_ms: u64,
+    },
     /// Free-form progress note (phase changes, control steps).
     Note {
         /// The text.

@@ -20,6 +20,7 @@ use super::worker::{WorkerOptions, fenced_key, read_counters, unfenced_key};
 use super::workers::Workers;
 use super::{ChaosError, finish};
 use crate::{ClockSkew, NetFault, Restart};
+use quorumlock::LockConfig;
 
 /// Settings of one mix.
 #[derive(Clone, Debug)]
@@ -207,6 +208,16 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
         pause_before_write: None,
         holds_per_task: None,
     };
+    // The workers keep the default quarantine; the checker judges votes by it.
+    let quarantine = LockConfig::builder()
+        .node("redis://127.0.0.1:1")
+        .ttl(options.ttl)
+        .build()
+        .map_err(|e| ChaosError::Options(format!("the workers' settings: {e}")))?
+        .quarantine();
+    let _ = log.log(What::Settings {
+        quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
+    });
     let workers = Workers::new(&options.worker_bin, &options.dir, template);
     for _ in 0..options.workers {
         workers.spawn()?;

@@ -31,7 +31,10 @@
 //! * [`ViolationKind::KeyLeftAfterRelease`]: no lock key is found on a
 //!   node the run could reach well after the release or rollback that
 //!   should have removed it (judged at every probe, not only at the end:
-//!   see `released`).
+//!   see `released`);
+//! * [`ViolationKind::VoteInQuarantine`]: a node restarted without its data
+//!   counts for no acquisition before its quarantine has passed (see
+//!   `quarantine`).
 //!
 //! Also reported, but not lock guarantees (a client paused past its
 //! validity writes late; that is what fencing is for):
@@ -51,8 +54,8 @@
 //! The work is split by job, each module using only those before it:
 //! [`holds`](holds()) reads the holds, fault spans and final state out of
 //! the history; `coverage` counts what the run exercised against the
-//! [`Floors`]; `rules` finds the violations, and `released` the keys left
-//! after their release; `report` draws the verdict and prints the
+//! [`Floors`]; `rules` finds the violations, `released` the keys left
+//! after their release, and `quarantine` the votes cast too early; `report` draws the verdict and prints the
 //! [`CheckReport`].
 //!
 //! [`What::Won`]: super::history::What::Won
@@ -63,6 +66,7 @@
 
 mod coverage;
 mod holds;
+mod quarantine;
 mod released;
 mod report;
 mod rules;
@@ -109,6 +113,7 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     rules::check_writes(events, &holds, last_final.as_ref(), &mut stats, &mut found);
     rules::check_keys_left(last_final.as_ref(), &mut found);
     released::check(events, &faults, &mut found);
+    quarantine::check(events, &faults, &mut found);
 
     let coverage_problems = coverage::problems(&stats, floors);
     report::conclude(floors, (t0, t_end), stats, found, coverage_problems)

@@ -19,15 +19,27 @@
 //! faulted) takes it along, and the key lives out its TTL (a write it had
 //! queued on a paused or cut-off node may even land after the kill). Such
 //! a call is not judged.
+//!
+//! A failover brings back what the promoted replica had when replication
+//! was cut: a key written before the cut and removed on the old master
+//! after it lives out its TTL on the new one, whatever the client sends
+//! (its release was answered, by the master that died). A later write of
+//! the same call on the new master (another attempt, the winning one)
+//! refreshes that key's TTL, and the entry brought back stays in it when
+//! the call's own entries are released ("kept", as for re-entry): the key
+//! lives until the TTL after the call's last write there. So a call that
+//! started before a failover of node `n` began is not judged on `n` when
+//! the failover began before the call was over, or within [`BOUND`] after
+//! (a release answered earlier had reached the replica).
 
 use std::collections::HashMap;
 
 use super::holds::{CLIENT_CRASH, FaultSpan, secs};
+use super::rules::{Found, ViolationKind};
+use crate::chaos::history::{Event, Nanos, What};
 
 /// The fault kind that promotes a replica (see the module's notes).
 const FAILOVER: &str = "failover";
-use super::rules::{Found, ViolationKind};
-use crate::chaos::history::{Event, Nanos, What};
 
 /// How long an undo may take on a node nothing hinders: a release waits up
 /// to the node timeout for each reachable node (100 ms by default in the
@@ -139,11 +151,14 @@ fn judged_from(
 ) -> Option<Nanos> {
     let mut from = over;
     for f in faults.iter().take_while(|f| f.start <= t) {
-        if f.end < over || !hinders(f, node, call.worker) {
+        if !hinders(f, node, call.worker) {
             continue;
         }
         if f.kind == FAILOVER && call.start < f.start && f.start <= over + BOUND {
             return None;
+        }
+        if f.end < over {
+            continue;
         }
         if f.kind == CLIENT_CRASH {
             // Killed: only an undo due before the kill can be judged.

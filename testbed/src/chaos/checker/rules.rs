@@ -33,6 +33,9 @@ pub enum ViolationKind {
     /// release or rollback that should have removed it (judged at each
     /// probe, see `checker::released`).
     KeyLeftAfterRelease,
+    /// A node restarted without its data counted for an acquisition before
+    /// its quarantine had passed (see `checker::quarantine`).
+    VoteInQuarantine,
     /// A write to an unfenced counter was lost. Not a lock guarantee.
     UnfencedLostUpdate,
     /// An accepted write was answered after its hold's interval ended.
@@ -42,12 +45,13 @@ pub enum ViolationKind {
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub const ALL: [ViolationKind; 7] = [
+    pub const ALL: [ViolationKind; 8] = [
         ViolationKind::Overlap,
         ViolationKind::TokenRegression,
         ViolationKind::FencedLostUpdate,
         ViolationKind::KeysLeft,
         ViolationKind::KeyLeftAfterRelease,
+        ViolationKind::VoteInQuarantine,
         ViolationKind::UnfencedLostUpdate,
         ViolationKind::WriteOutsideHold,
     ];
@@ -60,6 +64,7 @@ impl ViolationKind {
             ViolationKind::FencedLostUpdate => "fenced_lost_update",
             ViolationKind::KeysLeft => "keys_left",
             ViolationKind::KeyLeftAfterRelease => "key_left_after_release",
+            ViolationKind::VoteInQuarantine => "vote_in_quarantine",
             ViolationKind::UnfencedLostUpdate => "unfenced_lost_update",
             ViolationKind::WriteOutsideHold => "write_outside_hold",
         }

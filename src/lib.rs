@@ -160,8 +160,9 @@
 //! (`key`, `nodes`). Losses are logged at warn level.
 //!
 //! Without a TLS feature, a `rediss://` node is [`ConfigError::TlsNotEnabled`].
-//! The `redis` crate is re-exported as [`redis`], so a client you build for
-//! [`LockConfigBuilder::node_client`] is of the version the lock uses.
+//! The `redis` crate is re-exported as [`redis`] (its features are listed
+//! there), so a client you build for [`LockConfigBuilder::node_client`] is
+//! of the version the lock uses.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
@@ -227,9 +228,71 @@ pub use lease::{Hold, LossNotice, Renewal};
 pub use lock::MultiLock;
 pub use owner::Owner;
 pub use quorum::Quorum;
-/// The `redis` crate this lock is built on, for clients you configure
-/// yourself ([`LockConfigBuilder::node_client`]).
+/// The `redis` crate this lock is built on (1.8), for clients you configure
+/// yourself ([`LockConfigBuilder::node_client`]) and for resources that
+/// check fencing tokens.
+///
+/// Its features enabled by quorumlock: `tokio-comp` (async connections on
+/// Tokio, with `aio`) and `script` ([`redis::Script`], a Lua script sent by
+/// its SHA1 and loaded on first use); with quorumlock's `tls-rustls` also
+/// `tokio-rustls-comp` and `tls-rustls-webpki-roots`, with `tls-native-tls`
+/// also `tokio-native-tls-comp`. To depend on `redis` yourself instead,
+/// keep the same major version, so that a client you build is the type
+/// [`LockConfigBuilder::node_client`] takes, and name the features you
+/// use:
+///
+/// ```toml
+/// redis = { version = "1.8", default-features = false, features = ["tokio-comp", "script"] }
+/// ```
+///
+/// A counter that only a holder with a fencing token at least the last one
+/// may increase, through the re-export alone (the check and the write are
+/// one script call, so nothing comes between them):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
+/// # let nodes = testbed.urls();
+/// # let resource_server = quorumlock_testbed::Testbed::start(1)?; // a local redis-server
+/// # let resource_url = resource_server.urls()[0].clone();
+/// use quorumlock::redis::{self, Script};
+/// use quorumlock::{LockConfig, MultiLock};
+///
+/// // Reply: the new count, or -1 when a larger token was seen before.
+/// let fenced_incr = Script::new(
+///     r"
+///     local last = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+///     if tonumber(ARGV[1]) < last then return -1 end
+///     redis.call('HSET', KEYS[1], 'token', ARGV[1])
+///     return redis.call('HINCRBY', KEYS[1], 'count', 1)
+///     ",
+/// );
+/// // The counter lives on a server of its own, not on a lock node.
+/// let mut counter = redis::Client::open(resource_url)?
+///     .get_multiplexed_async_connection()
+///     .await?;
+///
+/// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
+/// let guard = lock.try_acquire("visits").await?;
+/// let token = guard.fencing_token().await?;
+/// let count: i64 = fenced_incr.key("visits").arg(token).invoke_async(&mut counter).await?;
+/// assert_eq!(count, 1);
+/// guard.release().await;
+///
+/// // A holder that comes back with an older token changes nothing.
+/// let stale: i64 = fenced_incr.key("visits").arg(token - 1).invoke_async(&mut counter).await?;
+/// assert_eq!(stale, -1);
+/// # Ok(())
+/// # }
+/// ```
 pub use redis;
+// The re-export promises `redis::Script` (its `script` feature). This crate's
+// dev-dependencies turn that feature on too, so the doctest above would pass
+// without it: the library's own build (`cargo build`, `cargo publish`) fails
+// here instead if the feature is ever dropped from Cargo.toml.
+#[allow(dead_code)]
+type ReexportCarriesScript = redis::Script;
 pub use release::ReleaseReport;
 pub use retry::RetryPolicy;
 pub use stats::{LockStats, NodeStats};

@@ -171,6 +171,7 @@ mod batch;
 mod clock;
 mod config;
 mod error;
+mod health;
 mod keys;
 mod owner;
 mod quorum;

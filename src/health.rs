@@ -39,6 +39,25 @@ impl NodeState {
     }
 }
 
+impl NodeState {
+    /// What a log line says beyond the reason.
+    fn detail(&self) -> String {
+        match self {
+            NodeState::Counting => String::new(),
+            NodeState::Unreachable { detail } | NodeState::Refused { detail } => detail.clone(),
+            NodeState::Quarantined { left } => format!("no vote for {} ms more", ms(*left)),
+            NodeState::Silent { silent_for } => {
+                format!("no reply to anything for {} ms", ms(*silent_for))
+            }
+            NodeState::SameServer { voter } => format!("{voter} votes for its server"),
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// One node's health: the kind of its last state (`None`: nothing learned
 /// yet; a node that counts from the start is not logged).
 pub(crate) struct Health {
@@ -65,45 +84,18 @@ impl Health {
             return false;
         }
         let node = &*self.node;
-        match &state {
-            NodeState::Counting if previous.is_none() => return false,
-            NodeState::Counting => {
-                tracing::info!(
-                    node,
-                    was = previous.unwrap_or(""),
-                    "node counts toward the quorum again"
-                )
+        if state == NodeState::Counting {
+            if previous.is_some() {
+                tracing::info!(node, was = previous, "node counts toward the quorum again");
             }
-            NodeState::Unreachable { detail } | NodeState::Refused { detail } => {
-                tracing::warn!(node, reason = label, %detail, "node stopped counting toward the quorum")
-            }
-            NodeState::Quarantined { left } => {
-                let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-                tracing::warn!(
-                    node,
-                    reason = label,
-                    left_ms,
-                    "node stopped counting toward the quorum"
-                )
-            }
-            NodeState::Silent { silent_for } => {
-                let silent_ms = u64::try_from(silent_for.as_millis()).unwrap_or(u64::MAX);
-                tracing::warn!(
-                    node,
-                    reason = label,
-                    silent_ms,
-                    "node stopped counting toward the quorum"
-                )
-            }
-            NodeState::SameServer { voter } => {
-                tracing::warn!(
-                    node,
-                    reason = label,
-                    voter = &**voter,
-                    "node stopped counting toward the quorum"
-                )
-            }
+            return previous.is_some();
         }
+        let left_ms = match &state {
+            NodeState::Quarantined { left } => Some(ms(*left)),
+            _ => None,
+        };
+        let detail = state.detail();
+        tracing::warn!(node, reason = label, left_ms, %detail, "node stopped counting toward the quorum");
         true
     }
 }

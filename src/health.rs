@@ -8,6 +8,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::telemetry;
+
 /// What a node last showed about its vote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NodeState {
@@ -84,6 +86,7 @@ impl Health {
             return false;
         }
         let node = &*self.node;
+        telemetry::node_counting(node, state == NodeState::Counting);
         if state == NodeState::Counting {
             if previous.is_some() {
                 tracing::info!(node, was = previous, "node counts toward the quorum again");

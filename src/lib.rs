@@ -143,6 +143,7 @@
 //! | `quorumlock_fencing_tokens_total` | counter | | fencing tokens established |
 //! | `quorumlock_node_errors_total` | counter | `node` | failed calls to a node |
 //! | `quorumlock_node_timeouts_total` | counter | `node` | calls a node did not answer within the node timeout |
+//! | `quorumlock_node_counting` | gauge | `node` | 1 while the node's votes count toward the quorum, 0 from when it stops (unreachable, quarantined, silent, same server, refused; logged at warn) until it counts again (logged at info) |
 //!
 //! Label values: `outcome` of an acquire or attempt is `acquired`,
 //! `contended`, `quorum_not_reached`, `validity_used_up`,
@@ -183,6 +184,7 @@ mod batch;
 mod clock;
 mod config;
 mod error;
+mod health;
 mod keys;
 mod owner;
 mod quorum;

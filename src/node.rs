@@ -38,6 +38,7 @@ use crate::batch::Batcher;
 use crate::config::{Target, display_name};
 use crate::epoch::{ServerHistory, check_epoch};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome};
+use crate::health::{Health, NodeState};
 use crate::keys::{Entry, KeySet, Reached, Ticket};
 use crate::quorum::Vote;
 use crate::scripts::{self, Script};
@@ -124,6 +125,8 @@ pub(crate) struct Node {
     /// Group commit of acquires and releases (see [`crate::batch`]).
     batcher: Batcher<Pending>,
     pub(crate) counters: NodeCounters,
+    /// Whether it counts toward the quorum, logged once per change.
+    health: Health,
 }
 
 /// Lock keys per renew script call (the watchdog's group size): large
@@ -289,12 +292,14 @@ impl Node {
         durable: bool,
         (servers, index): (Arc<ServerIds>, usize),
     ) -> Node {
+        let name: Arc<str> = match &target {
+            Target::Direct(client) => display_name(client.get_connection_info()).into(),
+            Target::Sentinel(group) => format!("redis+sentinel://{}", group.service).into(),
+        };
         Node {
             flagged: matches!(target, Target::Sentinel(_)),
-            name: match &target {
-                Target::Direct(client) => display_name(client.get_connection_info()).into(),
-                Target::Sentinel(group) => format!("redis+sentinel://{}", group.service).into(),
-            },
+            health: Health::new(Arc::clone(&name)),
+            name,
             target,
             connect_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
@@ -782,6 +787,9 @@ impl Node {
             return Err(e);
         }
         if let Some(voter) = self.servers.same_as(self.index) {
+            self.health.set(NodeState::SameServer {
+                voter: Arc::clone(&voter),
+            });
             return Err(NodeError::new(
                 &self.name,
                 NodeErrorKind::SameServer,
@@ -806,14 +814,19 @@ impl Node {
     /// young node; a newly settled marker is kept.
     fn unwrap_vote(&self, reply: Value) -> Result<(Option<Duration>, Value), NodeError> {
         let Value::Array(items) = reply else {
+            self.health.set(NodeState::Counting);
             return Ok((None, reply));
         };
         let mut items = match self.settle(items)? {
             Value::Array(items) => items,
-            reply => return Ok((None, reply)),
+            reply => {
+                self.health.set(NodeState::Counting);
+                return Ok((None, reply));
+            }
         };
         let young = matches!(items.first(), Some(Value::BulkString(tag)) if tag == b"young");
         if !young {
+            self.health.set(NodeState::Counting);
             return Ok((None, Value::Array(items)));
         }
         match (items.pop(), items.pop()) {
@@ -844,6 +857,7 @@ impl Node {
     /// debug event carrying the running count).
     fn quarantined(&self, left: Duration) -> NodeError {
         let count = self.counters.quarantined.fetch_add(1, Ordering::Relaxed) + 1;
+        self.health.set(NodeState::Quarantined { left });
         tracing::debug!(node = %self.name, left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX), quarantined_votes = count, "vote not counted: the node is quarantined");
         NodeError::quarantined(&self.name, left)
     }
@@ -1008,9 +1022,25 @@ impl Node {
     /// Counts a failed call in the node's errors, unless it ended after its
     /// round's `cutoff`.
     fn count_failure<T>(&self, result: &Result<T, NodeError>, cutoff: Option<&Cutoff>) {
-        if result.is_err() && !cutoff.is_some_and(Cutoff::passed) {
+        if let Err(e) = result
+            && !cutoff.is_some_and(Cutoff::passed)
+        {
             bump(&self.counters.errors);
             telemetry::node_error(self.name());
+            // A server that refuses our scripts casts no vote; other
+            // failures are judged where they are learned (the connect, the
+            // connection's silence), or concern one key only.
+            if matches!(
+                e.kind(),
+                NodeErrorKind::Auth
+                    | NodeErrorKind::ReadOnly
+                    | NodeErrorKind::Busy
+                    | NodeErrorKind::Other
+            ) {
+                self.health.set(NodeState::Refused {
+                    detail: e.to_string(),
+                });
+            }
         }
     }
 
@@ -1127,6 +1157,7 @@ impl Node {
             }
             silent_for
         };
+        self.health.set(NodeState::Silent { silent_for });
         Some(silent_for)
     }
 
@@ -1195,7 +1226,9 @@ impl Node {
                 // belong to this server process (fatal: a node that cannot
                 // be dated must not vote).
                 let run_id = check_epoch(&mut conn, node.durable, node.flagged).await?;
-                node.servers.identify(node.index, &node.name, &run_id);
+                if let Some(voter) = node.servers.identify(node.index, &node.name, &run_id) {
+                    node.health.set(NodeState::SameServer { voter });
+                }
                 Ok::<_, RedisError>(conn)
             };
             let result = match tokio::time::timeout(node.connect_timeout, connect).await {
@@ -1205,29 +1238,7 @@ impl Node {
                     "connect and script load timed out",
                 ))),
             };
-            let mut slot = node.slot.lock().unwrap_or_else(PoisonError::into_inner);
-            match result {
-                Ok(conn) => {
-                    node.connect_backoff_us.store(0, Ordering::Relaxed);
-                    let generation = node.generations.fetch_add(1, Ordering::Relaxed) + 1;
-                    *slot = Slot::Ready {
-                        conn: conn.clone(),
-                        generation,
-                    };
-                    tracing::debug!(node = %node.name, generation, "connected");
-                    Ok((conn, generation))
-                }
-                Err(e) => {
-                    let error = node.error(&e);
-                    let wait = node.next_connect_backoff();
-                    tracing::debug!(node = %node.name, %error, wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "connect failed; calls fail fast until the next try");
-                    *slot = Slot::Failed {
-                        error: error.clone(),
-                        retry_at: tokio::time::Instant::now() + wait,
-                    };
-                    Err(error)
-                }
-            }
+            node.connected(result)
         });
         let name = Arc::clone(&self.name);
         async move {
@@ -1241,6 +1252,40 @@ impl Node {
         }
         .boxed()
         .shared()
+    }
+
+    /// Records how a connect ended in the slot: the connection with its
+    /// generation, or the error and when the next connect may start.
+    fn connected(
+        &self,
+        result: Result<MultiplexedConnection, RedisError>,
+    ) -> Result<(MultiplexedConnection, u64), NodeError> {
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        match result {
+            Ok(conn) => {
+                self.connect_backoff_us.store(0, Ordering::Relaxed);
+                let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+                *slot = Slot::Ready {
+                    conn: conn.clone(),
+                    generation,
+                };
+                tracing::debug!(node = %self.name, generation, "connected");
+                Ok((conn, generation))
+            }
+            Err(e) => {
+                let error = self.error(&e);
+                self.health.set(NodeState::Unreachable {
+                    detail: error.to_string(),
+                });
+                let wait = self.next_connect_backoff();
+                tracing::debug!(node = %self.name, %error, wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "connect failed; calls fail fast until the next try");
+                *slot = Slot::Failed {
+                    error: error.clone(),
+                    retry_at: tokio::time::Instant::now() + wait,
+                };
+                Err(error)
+            }
+        }
     }
 
     /// Drops a connection that failed, unless it was already replaced.

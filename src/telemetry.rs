@@ -116,6 +116,11 @@ mod record {
     pub(crate) fn node_timeout(node: &str) {
         metrics::counter!("quorumlock_node_timeouts_total", "node" => node.to_owned()).increment(1);
     }
+
+    pub(crate) fn node_counting(node: &str, counting: bool) {
+        metrics::gauge!("quorumlock_node_counting", "node" => node.to_owned())
+            .set(f64::from(u8::from(counting)));
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -131,6 +136,7 @@ mod record {
     pub(crate) fn fencing_token() {}
     pub(crate) fn node_error(_: &str) {}
     pub(crate) fn node_timeout(_: &str) {}
+    pub(crate) fn node_counting(_: &str, _: bool) {}
 }
 
 pub(crate) use record::*;

@@ -38,6 +38,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "server_ids",
             "wait",
             "telemetry",
+            "health",
         ],
     ),
     (

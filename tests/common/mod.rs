@@ -2,6 +2,7 @@
 //! testbed, direct inspection of every node, and bounded waits on events.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod captured;
 pub mod hostile;
 
 use std::time::{Duration, Instant};

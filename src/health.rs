@@ -5,6 +5,7 @@
 //! would flood the log, so [`Health::set`] logs only when the state's kind
 //! changes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -65,6 +66,10 @@ fn ms(d: Duration) -> u64 {
 pub(crate) struct Health {
     node: Arc<str>,
     last: Mutex<Option<&'static str>>,
+    /// Whether `last` is `counting`: every counted vote reports it, and
+    /// reads only this flag then, not the lock the tasks of a busy node
+    /// would queue on.
+    counting: AtomicBool,
 }
 
 impl Health {
@@ -72,6 +77,7 @@ impl Health {
         Health {
             node,
             last: Mutex::new(None),
+            counting: AtomicBool::new(false),
         }
     }
 
@@ -79,9 +85,14 @@ impl Health {
     /// under the lock, so the events come in the order of the changes.
     /// Returns whether it logged.
     pub(crate) fn set(&self, state: NodeState) -> bool {
+        if state == NodeState::Counting && self.counting.load(Ordering::Acquire) {
+            return false;
+        }
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         let label = state.label();
         let previous = last.replace(label);
+        self.counting
+            .store(state == NodeState::Counting, Ordering::Release);
         if previous == Some(label) {
             return false;
         }

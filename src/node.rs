@@ -774,7 +774,12 @@ impl Node {
                 self.voter_args(cmd);
             })
             .await?;
-        self.unwrap_vote(reply)
+        let (young, reply) = self.unwrap_vote(reply)?;
+        if young.is_none() {
+            // A settled node's answer: its vote counts.
+            self.health.set(NodeState::Counting);
+        }
+        Ok((young, reply))
     }
 
     /// Checked before a vote is asked for: the node is connected (the
@@ -814,19 +819,14 @@ impl Node {
     /// young node; a newly settled marker is kept.
     fn unwrap_vote(&self, reply: Value) -> Result<(Option<Duration>, Value), NodeError> {
         let Value::Array(items) = reply else {
-            self.health.set(NodeState::Counting);
             return Ok((None, reply));
         };
         let mut items = match self.settle(items)? {
             Value::Array(items) => items,
-            reply => {
-                self.health.set(NodeState::Counting);
-                return Ok((None, reply));
-            }
+            reply => return Ok((None, reply)),
         };
         let young = matches!(items.first(), Some(Value::BulkString(tag)) if tag == b"young");
         if !young {
-            self.health.set(NodeState::Counting);
             return Ok((None, Value::Array(items)));
         }
         match (items.pop(), items.pop()) {

@@ -41,5 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(Error::WaitBudgetExhausted { last, .. }) => println!("not acquired: {last}"),
         Err(other) => return Err(other.into()),
     }
+    // Let a release still on its way to a slow node finish before the runtime ends.
+    lock.settle(Duration::from_secs(2)).await;
     Ok(())
 }

@@ -51,5 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok((token, other)) => println!("token {token}: {other:?}"),
         Err(e) => println!("the job failed: {e}"),
     }
+    // Let a release still on its way to a slow node finish before the runtime ends.
+    lock.settle(Duration::from_secs(2)).await;
     Ok(())
 }

@@ -50,5 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(joined) = workers.join_next().await {
         joined??;
     }
+    // Let a release still on its way to a slow node finish before the runtime ends.
+    lock.settle(Duration::from_secs(2)).await;
     Ok(())
 }

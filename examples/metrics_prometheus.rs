@@ -40,5 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Prometheus's text format, e.g.
     // quorumlock_acquires_total{outcome="acquired"} 1
     print!("{}", handle.render());
+    // Let a release still on its way to a slow node finish before the runtime ends.
+    lock.settle(Duration::from_secs(2)).await;
     Ok(())
 }

@@ -46,5 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ... debit and credit, each write carrying `token` ...
     let report = transfer.release().await;
     println!("released on {} nodes", report.released);
+    // Let a release still on its way to a slow node finish before the runtime ends.
+    lock.settle(Duration::from_secs(2)).await;
     Ok(())
 }

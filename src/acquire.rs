@@ -59,10 +59,8 @@ impl Drop for RollbackOnDrop {
         let Some((core, entry, ttl)) = self.0.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
+        let background = Arc::clone(&core.background);
+        background.spawn(async move {
             let nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
                 (0..core.nodes.len()).map(|_| None).collect();
             release::rollback(&core, &entry, &nothing, ttl).await;
@@ -228,7 +226,7 @@ impl Services {
             // itself to it. Those not sent yet are never sent: they could
             // run after the rollback that follows.
             cutoff.pass();
-            unfinished.finish_in_background(core.background_bound(), "acquire");
+            unfinished.finish_in_background(&core.background, core.background_bound(), "acquire");
         }
         undo.until(self.decide(request, entry, &mut round)).await
     }
@@ -450,7 +448,7 @@ impl HeldLock {
     /// lock is not re-entered (a plain acquire would be a new holder).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();

@@ -214,6 +214,30 @@ impl MultiLock {
         self.inner.stats()
     }
 
+    /// Waits until the lock's background work has ended, or `within` has
+    /// passed, and returns how many pieces were still running
+    /// ([`crate::MultiLock::settle`]). The runtime thread ends with the
+    /// process: call this before `main` returns.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quorumlock::blocking::MultiLock;
+    /// use quorumlock::LockConfig;
+    ///
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
+    /// lock.try_acquire("export")?.release();
+    /// assert_eq!(lock.settle(Duration::from_secs(2)), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn settle(&self, within: Duration) -> usize {
+        let inner = self.inner.clone();
+        self.runtime.run(async move { inner.settle(within).await })
+    }
+
     /// Connects to every node now and reports each node's result
     /// ([`crate::MultiLock::warm_up`]).
     ///

@@ -1695,7 +1695,7 @@ mod tests {
 /// (one set of connections) serves every lease length.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
 /// # let nodes = testbed.urls();

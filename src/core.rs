@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::background::Background;
 use crate::config::{LockConfig, Target};
 use crate::error::{NodeError, NodeErrorKind, NodeOutcome, NodeReport, NodeReports};
 use crate::fanout::End;
@@ -23,6 +24,8 @@ pub(crate) struct Core {
     pub(crate) config: LockConfig,
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) counters: Counters,
+    /// Undo work still running after its caller stopped waiting.
+    pub(crate) background: Arc<Background>,
     /// Set once every node's first connect has ended (see
     /// [`Core::first_connects`]).
     connected: tokio::sync::OnceCell<()>,
@@ -32,6 +35,7 @@ impl Core {
     /// The nodes of `config`, not yet connected.
     pub(crate) fn new(config: LockConfig) -> Core {
         let servers = ServerIds::new(config.nodes.len());
+        let background = Arc::new(Background::default());
         let nodes = config
             .nodes
             .iter()
@@ -48,6 +52,7 @@ impl Core {
                     (config.connect_timeout, config.node_timeout),
                     quarantine,
                     n.durable,
+                    Arc::clone(&background),
                     (Arc::clone(&servers), i),
                 ))
             })
@@ -55,6 +60,7 @@ impl Core {
         Core {
             config,
             nodes,
+            background,
             counters: Counters::default(),
             connected: tokio::sync::OnceCell::new(),
         }

@@ -171,7 +171,7 @@ pub enum ConfigError {
 /// What kind of failure one node had.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
 ///
@@ -245,7 +245,7 @@ impl fmt::Display for NodeErrorKind {
 /// One node's failure, with the node named.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
 ///
@@ -305,7 +305,7 @@ impl NodeError {
     /// again (on its own clock, as of its answer).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
     ///
@@ -326,7 +326,7 @@ impl NodeError {
     /// The node's URL as configured (password elided).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
     ///
@@ -346,7 +346,7 @@ impl NodeError {
     /// The class of failure.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
     ///
@@ -366,7 +366,7 @@ impl NodeError {
     /// The underlying message (server reply or I/O error).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeErrorKind};
     ///
@@ -387,7 +387,7 @@ impl NodeError {
 /// What one node said during an attempt.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
 ///
@@ -430,7 +430,7 @@ pub enum NodeOutcome {
 /// One node's outcome in an attempt.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
 ///
@@ -459,7 +459,7 @@ pub struct NodeReport {
 /// one node after another.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
 ///
@@ -520,7 +520,7 @@ impl NodeReports {
     /// Each node's report, in configuration order.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
@@ -542,7 +542,7 @@ impl NodeReports {
     /// The reports as a slice, in configuration order.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
@@ -565,7 +565,7 @@ impl NodeReports {
     /// How many nodes are reported.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
@@ -587,7 +587,7 @@ impl NodeReports {
     /// Whether no node is reported.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
@@ -609,7 +609,7 @@ impl NodeReports {
     /// The failures among the outcomes.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///
@@ -653,7 +653,7 @@ impl IntoIterator for NodeReports {
 /// Why a guard no longer holds its lock.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, LostReason, MultiLock};
 ///
@@ -713,7 +713,7 @@ impl fmt::Display for LostReason {
 /// Errors of lock operations.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use quorumlock::{Error, LockConfig, MultiLock, Wait};
@@ -893,7 +893,7 @@ impl Error {
     /// [`Error::WaitBudgetExhausted`] to its last attempt).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{Error, LockConfig, MultiLock, NodeOutcome};
     ///

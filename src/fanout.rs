@@ -25,6 +25,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,6 +35,7 @@ use futures::stream::FuturesUnordered;
 use tokio::task::Unconstrained;
 use tokio::time::Instant;
 
+use crate::background::Background;
 use crate::clock::Stamp;
 use crate::error::NodeError;
 use crate::quorum::{self, Decision, Tally, Vote};
@@ -90,13 +92,19 @@ where
     F::Output: Send,
 {
     /// Lets the calls run to completion in a background task, for at most
-    /// `bound`. Needs a Tokio runtime; spawns nothing when none is left.
-    pub(crate) fn finish_in_background(self, bound: Duration, what: &'static str) {
+    /// `bound`, counted in `background`. Needs a Tokio runtime; spawns
+    /// nothing when none is left.
+    pub(crate) fn finish_in_background(
+        self,
+        background: &Arc<Background>,
+        bound: Duration,
+        what: &'static str,
+    ) {
         if self.0.is_empty() {
             return;
         }
         let calls = self.0;
-        tokio::spawn(async move {
+        background.spawn(async move {
             let drain = calls.for_each(|_| async {});
             if tokio::time::timeout(bound, drain).await.is_err() {
                 tracing::debug!(

@@ -8,7 +8,7 @@
 //! must grow from one holder to the next, whichever nodes each holder won.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let testbed = quorumlock_testbed::Testbed::start(3)?;
 //! # let nodes = testbed.urls();
@@ -182,7 +182,7 @@ impl HeldLock {
     /// raised, which only makes later tokens larger.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();

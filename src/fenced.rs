@@ -8,7 +8,7 @@
 //! <= $token` does the same.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let server = quorumlock_testbed::Testbed::start(1)?;
 //! # let resource_url = server.urls()[0].clone();
@@ -55,7 +55,7 @@ return {1, redis.call('HGET', KEYS[1], 'value')}
 /// The outcome of [`FencedResource::read_fenced`].
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::fenced::{FencedResource, Read, Write};
 ///
@@ -84,7 +84,7 @@ pub enum Read {
 /// The outcome of [`FencedResource::write`].
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::fenced::{FencedResource, Read, Write};
 ///
@@ -111,7 +111,7 @@ pub enum Write {
 /// A value on a Redis server that only fenced writes can change.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::fenced::{FencedResource, Read, Write};
 ///
@@ -142,7 +142,7 @@ impl FencedResource {
     /// Connects to the server at `url` and uses the hash `key` there.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = quorumlock_testbed::Testbed::start(1)?;
     /// # let resource_url = server.urls()[0].clone();
@@ -172,7 +172,7 @@ impl FencedResource {
     /// call, so one connection can serve many resources).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::fenced::{FencedResource, Write};
     ///
@@ -198,7 +198,7 @@ impl FencedResource {
     /// Stores `value` if `token` is at least the last accepted token.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = quorumlock_testbed::Testbed::start(1)?;
     /// # let resource_url = server.urls()[0].clone();
@@ -232,7 +232,7 @@ impl FencedResource {
     /// though every write carried a valid token.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = quorumlock_testbed::Testbed::start(1)?;
     /// # let resource_url = server.urls()[0].clone();
@@ -294,7 +294,7 @@ impl FencedResource {
     /// The last accepted token and value, if any write was accepted.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = quorumlock_testbed::Testbed::start(1)?;
     /// # let resource_url = server.urls()[0].clone();

@@ -42,7 +42,7 @@ use crate::telemetry;
 /// extend or renewal.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, MultiLock};
 ///
@@ -88,7 +88,7 @@ impl Hold {
 /// [`HeldLock::lost`](crate::HeldLock::lost) (also on a [`LockGuard`](crate::LockGuard)).
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, LostReason, MultiLock};
 ///
@@ -119,7 +119,7 @@ pub struct LossNotice {
 /// The last successful watchdog renewal of a guard.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use quorumlock::{LockConfig, MultiLock};

@@ -39,7 +39,7 @@
 //!   each node's [`NodeError`]) and from a win that came too late.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let testbed = quorumlock_testbed::Testbed::start(5)?;
 //! # let nodes = testbed.urls();
@@ -180,6 +180,7 @@ pub struct GuideDoctests;
 // The layers, each importing only from the layers below it (see
 // ARCHITECTURE.md; `tests/architecture.rs` keeps the shape).
 // 0 pure: no I/O, no async.
+mod background;
 mod batch;
 mod clock;
 mod config;
@@ -252,7 +253,7 @@ pub use quorum::Quorum;
 /// one script call, so nothing comes between them):
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let testbed = quorumlock_testbed::Testbed::start(3)?; // 3 local redis-servers
 /// # let nodes = testbed.urls();

@@ -38,7 +38,7 @@ use crate::wake::Woken;
 /// Tokio runtime with the time driver enabled.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
 /// # let nodes = testbed.urls();
@@ -83,7 +83,7 @@ impl MultiLock {
     /// the node as [`Hold::Unknown`](crate::Hold::Unknown).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
@@ -132,7 +132,7 @@ impl MultiLock {
     /// timeouts. See [`LockStats`].
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use quorumlock::{LockConfig, MultiLock};
     ///
@@ -151,11 +151,49 @@ impl MultiLock {
         self.services.core.stats()
     }
 
+    /// Waits until the work this lock service goes on with in the
+    /// background has ended, or `within` has passed; returns how many
+    /// pieces were still running then (0: all done).
+    ///
+    /// A release, rollback or guard drop never makes its caller wait for a
+    /// slow node beyond the node timeout: what is not answered by then
+    /// goes on in a task of its own until the node answers (or, for a node
+    /// that cannot be reached, until the key's TTL). A Tokio runtime that
+    /// shuts down cancels those tasks, and their keys then stay until
+    /// their TTL. **Call this before a program's runtime ends** (before
+    /// `main` returns, say): on a busy machine a node that is perfectly
+    /// fine can answer after the node timeout.
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
+    /// lock.try_acquire("nightly").await?.release().await;
+    /// // The last thing before main returns.
+    /// let unfinished = lock.settle(Duration::from_secs(2)).await;
+    /// assert_eq!(unfinished, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits. The background work goes on whether
+    /// this future is dropped or not.
+    pub async fn settle(&self, within: Duration) -> usize {
+        self.services.core.background.settle(within).await
+    }
+
     /// Connects to every node now, concurrently, and reports each node's
     /// result (in configuration order). Optional: acquires connect on demand.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -207,7 +245,7 @@ impl MultiLock {
     /// breaks.)
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start_unadopted(3)?;
     /// # let nodes = testbed.urls();
@@ -259,7 +297,7 @@ impl MultiLock {
     /// is what fencing tokens are for. Anyone may take the name at once.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -314,7 +352,7 @@ impl MultiLock {
     /// watchdog setting ([`GuardOptions`](crate::GuardOptions)).
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -349,7 +387,7 @@ impl MultiLock {
     /// attempt on the release notice.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -396,7 +434,7 @@ impl MultiLock {
     /// [`warm_up`](Self::warm_up) at start-up to pay it there.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -439,7 +477,7 @@ impl MultiLock {
     /// for the name across processes and gets it in turn.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -481,7 +519,7 @@ impl MultiLock {
     /// partial hold behind.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -509,7 +547,7 @@ impl MultiLock {
     /// [`acquire`](Self::acquire) does until the wait budget is spent.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -549,7 +587,7 @@ impl MultiLock {
     /// the hold. Within one task tree, [`HeldLock::reenter`](crate::HeldLock::reenter) is simpler.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
@@ -588,7 +626,7 @@ impl MultiLock {
     /// `owner` holds, takes the others.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();

@@ -33,6 +33,7 @@ use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
 
+use crate::background::Background;
 use crate::batch::Batcher;
 
 use crate::config::{Target, display_name};
@@ -125,6 +126,9 @@ pub(crate) struct Node {
     /// Group commit of acquires and releases (see [`crate::batch`]).
     batcher: Batcher<Pending>,
     pub(crate) counters: NodeCounters,
+    /// The lock service's count of undo work still running
+    /// ([`crate::MultiLock::settle`]).
+    background: Arc<Background>,
     /// Whether it counts toward the quorum, logged once per change.
     health: Health,
 }
@@ -290,6 +294,7 @@ impl Node {
         (connect_timeout, node_timeout): (Duration, Duration),
         quarantine: Duration,
         durable: bool,
+        background: Arc<Background>,
         (servers, index): (Arc<ServerIds>, usize),
     ) -> Node {
         let name: Arc<str> = match &target {
@@ -304,6 +309,7 @@ impl Node {
             connect_timeout,
             quarantine_ms: u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX),
             durable,
+            background,
             settled: Mutex::new(Vec::new()),
             slot: Mutex::new(Slot::Idle),
             connect_backoff_us: AtomicU64::new(0),
@@ -1469,6 +1475,7 @@ mod tests {
             (Duration::from_secs(1), Duration::from_millis(50)),
             Duration::from_secs(1),
             false,
+            Arc::default(),
             (ServerIds::new(1), 0),
         );
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());

@@ -37,7 +37,7 @@ use crate::wake::{Handoff, HandoffEvent, Wake};
 /// What [`LockGuard::release`](crate::LockGuard::release) did on the nodes.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, MultiLock};
 ///
@@ -46,7 +46,9 @@ use crate::wake::{Handoff, HandoffEvent, Wake};
 /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
 /// let report = lock.try_acquire("job").await?.release().await;
 /// assert!(report.was_held);
-/// assert!(report.released >= 2 && report.failed.is_empty());
+/// // Every node took its release, or is in `failed` (too slow for the node
+/// // timeout: its release goes on in the background).
+/// assert_eq!(report.released + report.not_held + report.failed.len(), 3);
 /// # Ok(())
 /// # }
 /// ```
@@ -214,7 +216,7 @@ async fn release_handing_over(
         },
     )
     .await;
-    unfinished.finish_in_background(core.background_bound(), "release");
+    unfinished.finish_in_background(&core.background, core.background_bound(), "release");
     waiter_gone |= events.send(HandoffEvent::Ended(end)).is_err();
     let report = tally.finish(core, end);
     if waiter_gone {
@@ -252,11 +254,9 @@ pub(crate) async fn leave_queues(core: &Core, keys: &Arc<KeySet>, ticket: &Ticke
 /// while it waited. Needs a Tokio runtime; does nothing without one (the
 /// places then lapse).
 pub(crate) fn leave_queues_in_background(core: &Arc<Core>, keys: &Arc<KeySet>, ticket: &Ticket) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
+    let background = Arc::clone(&core.background);
     let (core, keys, ticket) = (Arc::clone(core), Arc::clone(keys), ticket.clone());
-    runtime.spawn(async move { leave_queues(&core, &keys, &ticket).await });
+    background.spawn(async move { leave_queues(&core, &keys, &ticket).await });
 }
 
 /// An operator's release of `name` on every node, whatever its owner
@@ -283,7 +283,7 @@ pub(crate) async fn force_release(
         },
     )
     .await;
-    unfinished.finish_in_background(core.background_bound(), "force release");
+    unfinished.finish_in_background(&core.background, core.background_bound(), "force release");
     results
         .into_iter()
         .zip(&core.nodes)

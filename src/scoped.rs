@@ -37,7 +37,7 @@ impl MultiLock {
     /// the outer error is the lock's, the inner one the work's.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
+    /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();

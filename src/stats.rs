@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// only grows.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
 /// # let nodes = testbed.urls();
@@ -77,7 +77,7 @@ pub struct LockStats {
 /// Failures of one node.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
+/// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use quorumlock::{LockConfig, MultiLock};
 ///

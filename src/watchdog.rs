@@ -7,7 +7,7 @@
 //! always uses it.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let testbed = quorumlock_testbed::Testbed::start(3)?;
 //! # let nodes = testbed.urls();

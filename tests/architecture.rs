@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "pure",
         &[
+            "background",
             "batch",
             "clock",
             "quorum",

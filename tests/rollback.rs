@@ -109,6 +109,40 @@ async fn release_never_overtakes_the_acquire_on_a_paused_node() {
     common::assert_rolled_back(testbed.node(2), "capture", mark).await;
 }
 
+/// A release that stops waiting for a slow node goes on in the background,
+/// and `settle` returns only once it has landed: a program that settles
+/// before its runtime ends leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_returns_once_a_release_still_on_its_way_has_landed() {
+    let mut testbed = Testbed::start(3).expect("testbed");
+    let lock = common::connected(MultiLock::new(
+        LockConfig::builder()
+            .nodes(testbed.urls())
+            .quorum(Quorum::All)
+            .build()
+            .expect("config"),
+    ))
+    .await;
+    let guard = lock.try_acquire("payroll").await.expect("all three nodes");
+    testbed.node_mut(2).pause().expect("pause");
+    let report = guard.release().await;
+    assert_eq!(
+        report.failed.len(),
+        1,
+        "the paused node: {:?}",
+        report.failed
+    );
+    assert!(
+        lock.settle(Duration::ZERO).await >= 1,
+        "the paused node's release is still on its way"
+    );
+
+    testbed.node_mut(2).resume().expect("resume");
+    assert_eq!(lock.settle(Duration::from_secs(30)).await, 0);
+    // No waiting here: settle returned after the release ran.
+    assert_eq!(common::value_on(testbed.node(2), "payroll"), None);
+}
+
 /// Dropping a guard without release releases it in the background.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_guard_is_released_in_the_background() {

@@ -31,19 +31,26 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::{MAX_CONNECT_BACKOFF, MIN_CONNECT_BACKOFF, Node, ReleaseReply};
+use crate::background::{Background, Tracked};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Entry;
 
 /// A future that runs to its end: dropped unfinished, it goes on in a task
 /// of its own (with no Tokio runtime left to run it, it ends there).
+/// Counted in its lock service's [`Background`] until it ends.
 pub(crate) struct Undo<T: Send + 'static> {
     call: Option<BoxFuture<'static, T>>,
+    tracked: Option<Tracked>,
 }
 
 impl<T: Send + 'static> Undo<T> {
-    pub(crate) fn new(call: impl Future<Output = T> + Send + 'static) -> Undo<T> {
+    pub(crate) fn new(
+        background: &Arc<Background>,
+        call: impl Future<Output = T> + Send + 'static,
+    ) -> Undo<T> {
         Undo {
             call: Some(call.boxed()),
+            tracked: Some(background.track()),
         }
     }
 }
@@ -57,6 +64,7 @@ impl<T: Send + 'static> Future for Undo<T> {
         };
         let out = std::task::ready!(call.as_mut().poll(cx));
         self.call = None;
+        self.tracked = None;
         Poll::Ready(out)
     }
 }
@@ -66,7 +74,11 @@ impl<T: Send + 'static> Drop for Undo<T> {
         if let Some(call) = self.call.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            runtime.spawn(call);
+            let tracked = self.tracked.take();
+            runtime.spawn(async move {
+                let _tracked = tracked;
+                call.await;
+            });
         }
     }
 }
@@ -95,11 +107,12 @@ impl Node {
         lives: Duration,
     ) -> Undo<Result<ReleaseReply, NodeError>> {
         let node = Arc::clone(self);
-        Undo::new(async move {
+        Undo::new(&self.background, async move {
             match node.release_once(&entry, leave).await {
                 Err(e) if sent_again(&e) => {
                     let until = Instant::now() + lives;
-                    tokio::spawn(Arc::clone(&node).release_until(entry, leave, until));
+                    let again = Arc::clone(&node).release_until(entry, leave, until);
+                    node.background.spawn(again);
                     Err(e.noting(format!(
                         "sent again in the background until it gets through, for {} ms at most \
                          (the key's TTL: nothing it undoes can outlive that)",

@@ -15,7 +15,7 @@ use super::book::{FaultBook, by_lane, progress};
 use super::checker::{CheckReport, Floors};
 use super::cluster::{Backing, Cluster, Role, Slot};
 use super::faults::{FaultKind, Lane};
-use super::history::{HistoryWriter, What};
+use super::history::{self, HistoryWriter, What};
 use super::worker::{WorkerOptions, fenced_key, read_counters, unfenced_key};
 use super::workers::Workers;
 use super::{ChaosError, finish};
@@ -343,17 +343,27 @@ fn probe(cluster: &Cluster, log: &HistoryWriter, end: Instant, names: &[String])
                     .cmd("PTTL")
                     .arg(name);
             }
+            // Stamped before the read is sent: what it finds was there at
+            // some instant after the stamp. A stamp taken at the reply (or
+            // at logging) would be late by however long this thread was
+            // kept off the CPU, and a loaded machine keeps it off for
+            // hundreds of ms: a key read before its release landed would
+            // be judged as left after it.
+            let sent = history::now();
             let Ok(found) = pipe.query::<Vec<redis::Value>>(&mut conn) else {
                 continue;
             };
             for (name, pair) in names.iter().zip(found.chunks(2)) {
                 if let [redis::Value::BulkString(owner), redis::Value::Int(pttl_ms)] = pair {
-                    let _ = log.log(What::Probe {
-                        node: i,
-                        key: name.clone(),
-                        owner: String::from_utf8_lossy(owner).into_owned(),
-                        pttl_ms: *pttl_ms,
-                    });
+                    let _ = log.log_at(
+                        sent,
+                        What::Probe {
+                            node: i,
+                            key: name.clone(),
+                            owner: String::from_utf8_lossy(owner).into_owned(),
+                            pttl_ms: *pttl_ms,
+                        },
+                    );
                 }
             }
         }

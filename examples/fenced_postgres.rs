@@ -75,7 +75,14 @@ async fn main() {
             done.payment, done.b_token, done.a_token
         ),
         Err(e) => {
-            eprintln!("fenced_postgres: {e}");
+            // With the causes: tokio-postgres puts the reason in `source()`.
+            let mut message = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                message = format!("{message}: {c}");
+                cause = c.source();
+            }
+            eprintln!("fenced_postgres: {message}");
             std::process::exit(1);
         }
     }

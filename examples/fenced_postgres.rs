@@ -160,6 +160,9 @@ pub async fn run(nodes: Vec<String>, database_url: &str) -> Result<Outcome, BoxE
         "A is stale: it abandons the job (no retry: the same token is refused again, \
          and a new lock would redo what B did) and reports the refusal"
     );
+    // Before the runtime ends: a release still on its way to a slow node.
+    service_a.settle(TTL).await;
+    service_b.settle(TTL).await;
     Ok(Outcome {
         payment,
         a_token,

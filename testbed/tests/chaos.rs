@@ -39,10 +39,14 @@ fn short_mix_of_every_fault_passes_with_coverage() {
     options.duration = Duration::from_secs(60);
     options.seed = 20_261_121;
     options.progress = true;
-    // Floors for a shared CI machine: well below what this machine does
-    // (see TESTING.md), high enough that a run which barely ran is invalid.
+    // Floors that tell a broken run (workers that cannot reach the nodes
+    // do next to nothing) from a slow one, not a throughput target: an idle
+    // 2-core machine does about 7,000 acquisitions here, one kept busy by
+    // two CPU hogs and the rest of the suite 1,400 to 2,400 (the loaded
+    // suite of TESTING.md), and a floor of 3,000 failed there. What the
+    // run must show is that every fault kind struck while the workers ran.
     options.floors = Floors {
-        min_acquisitions: 3_000,
+        min_acquisitions: 600,
         min_faults: 15,
         required_kinds: FaultKind::ALL
             .iter()

@@ -16,20 +16,19 @@ use std::time::Duration;
 
 use tokio::sync::{OnceCell, mpsc};
 use tokio::time::Instant;
-use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::clock::Stamp;
 use crate::core::ttl_millis;
 use crate::error::{Error, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound};
-use crate::guard::{HeldLock, LockGuard, Services};
 use crate::keys::{Entry, KeySet, Ticket};
 use crate::lease::{Grant, Hold, Lease};
 use crate::node::{AcquireReply, Cutoff};
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
 use crate::release;
+use crate::services::Services;
 use crate::stats::bump;
 use crate::telemetry::{self, Outcome};
 use crate::wake::HandoffEvent;
@@ -119,375 +118,298 @@ impl Request {
     }
 }
 
-impl Services {
-    /// One acquire attempt: fan out, decide, then a guard or a rollback,
-    /// in an `attempt` span that records the outcome.
-    pub(crate) async fn attempt(self: &Arc<Self>, request: &Request) -> Result<LockGuard, Error> {
-        self.attempt_through(request, None).await
-    }
+/// The node a gated attempt asks first: the first healthy one in
+/// configuration order. Without one, an attempt goes without a gate.
+pub(crate) fn gate(services: &Services) -> Option<usize> {
+    services.core.nodes.iter().position(|n| n.is_healthy())
+}
 
-    /// An attempt after losing to contention, through a *gate*: the first
-    /// healthy node in configuration order is asked alone, and only if it
-    /// does not refuse are the others asked. Waiters in other processes
-    /// that wake on the same release notice all ask the gate first; it
-    /// lets one through, so they no longer split the nodes between them
-    /// (a split leaves no one a quorum and costs every one of them a full
-    /// round and its rollback). Refused at the gate, an attempt has
-    /// written nothing and costs one script call.
-    ///
-    /// Same safety as [`attempt`](Self::attempt): the gate's answer is one
-    /// vote of the same round, stamped before the gate was asked, so the
-    /// validity counts both steps. Without a healthy node to act as gate,
-    /// a plain attempt.
-    pub(crate) async fn attempt_gated(
-        self: &Arc<Self>,
-        request: &Request,
-    ) -> Result<LockGuard, Error> {
-        self.attempt_through(request, self.gate()).await
-    }
-
-    /// The node a gated attempt asks first: the first healthy one in
-    /// configuration order.
-    pub(crate) fn gate(&self) -> Option<usize> {
-        self.core.nodes.iter().position(|n| n.is_healthy())
-    }
-
-    async fn attempt_through(
-        self: &Arc<Self>,
-        request: &Request,
-        gate: Option<usize>,
-    ) -> Result<LockGuard, Error> {
-        let span = tracing::debug_span!(
-            "attempt",
-            key = %request.keys,
-            nodes = self.core.nodes.len(),
-            gate,
-            won = Empty,
-            elapsed_us = Empty,
-            validity_ms = Empty,
-        );
-        self.attempt_in_span(request, gate).instrument(span).await
-    }
-
-    async fn attempt_in_span(
-        self: &Arc<Self>,
-        request: &Request,
-        gate: Option<usize>,
-    ) -> Result<LockGuard, Error> {
-        let core = &self.core;
-        let entry = request.entry(core.nodes.len());
-        // Dropped before it decides (a caller's timeout), the attempt still
-        // rolls back what it wrote.
-        let undo = RollbackOnDrop(Some((Arc::clone(core), entry.clone(), request.ttl)));
-        let ttl_ms = ttl_millis(request.ttl);
-        bump(&core.counters.attempts);
-        let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
-        let lease_ms = core.queue_lease_ms();
-        let cutoff = Arc::new(Cutoff::default());
-        let acquire = |i: usize| {
-            let cutoff = Arc::clone(&cutoff);
-            core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits, lease_ms, cutoff)
-        };
-        if let Some(gate) = gate {
-            let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
-            match reply {
-                // Refused (held, or waiters queue ahead): nothing was
-                // written anywhere.
-                Ok(Ok(reply)) if reply.refused().is_some() => {
-                    undo.disarm();
-                    let pttl = reply.refused().flatten();
-                    round.record(gate, Ok(reply), AcquireReply::vote);
+/// One acquire attempt: fan out, decide, then a lease or a rollback, in
+/// an `attempt` span that records the outcome.
+///
+/// With a `gate` (an attempt after losing to contention, see [`gate`]):
+/// that node is asked alone first, and only if it does not refuse are the
+/// others asked. Waiters in other processes that wake on the same release
+/// notice all ask the gate first; it lets one through, so they no longer
+/// split the nodes between them (a split leaves no one a quorum and costs
+/// every one of them a full round and its rollback). Refused at the gate,
+/// an attempt has written nothing and costs one script call. Same safety
+/// as without: the gate's answer is one vote of the same round, stamped
+/// before the gate was asked, so the validity counts both steps.
+#[tracing::instrument(
+    level = "debug",
+    name = "attempt",
+    skip_all,
+    fields(
+        key = %request.keys,
+        nodes = services.core.nodes.len(),
+        gate,
+        won = Empty,
+        elapsed_us = Empty,
+        validity_ms = Empty,
+    )
+)]
+pub(crate) async fn attempt(
+    services: &Services,
+    request: &Request,
+    gate: Option<usize>,
+) -> Result<Lease, Error> {
+    let core = &services.core;
+    let entry = request.entry(core.nodes.len());
+    // Dropped before it decides (a caller's timeout), the attempt still
+    // rolls back what it wrote.
+    let undo = RollbackOnDrop(Some((Arc::clone(core), entry.clone(), request.ttl)));
+    let ttl_ms = ttl_millis(request.ttl);
+    bump(&core.counters.attempts);
+    let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
+    let lease_ms = core.queue_lease_ms();
+    let cutoff = Arc::new(Cutoff::default());
+    let acquire = |i: usize| {
+        let cutoff = Arc::clone(&cutoff);
+        core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits, lease_ms, cutoff)
+    };
+    if let Some(gate) = gate {
+        let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;
+        match reply {
+            // Refused (held, or waiters queue ahead): nothing was
+            // written anywhere.
+            Ok(Ok(reply)) if reply.refused().is_some() => {
+                undo.disarm();
+                let pttl = reply.refused().flatten();
+                round.record(gate, Ok(reply), AcquireReply::vote);
+                round.finish(End::Decided);
+                return Err(refused_at_gate(services, &entry, &mut round, pttl));
+            }
+            Ok(reply) => {
+                if round.record(gate, reply, AcquireReply::vote) {
                     round.finish(End::Decided);
-                    return Err(self.refused_at_gate(&entry, &mut round, pttl));
+                    return undo
+                        .until(decide(services, request, entry, &mut round))
+                        .await;
                 }
-                Ok(reply) => {
-                    if round.record(gate, reply, AcquireReply::vote) {
-                        round.finish(End::Decided);
-                        return undo.until(self.decide(request, entry, &mut round)).await;
-                    }
-                }
-                // No answer in time: the gate's call was dropped, and its
-                // node may still run it; the round goes on without its
-                // vote, and a rollback will reach it (no reply: may carry).
-                Err(_) => core.count_timeout(&core.nodes[gate]),
             }
-        }
-        let unfinished = round
-            .ask(gate, core.config.node_timeout, acquire, AcquireReply::vote)
-            .await;
-        if round.tally.decision() == Decision::Won {
-            // Dropped: the guard has its quorum, and a call still queued is
-            // skipped (no work for a node the guard does not need).
-            drop(unfinished);
-        } else {
-            // A lost round's calls already sent finish in the background: a
-            // waiter's mark (and queue place) must land on every node that
-            // got the request, or that node's release would not announce
-            // itself to it. Those not sent yet are never sent: they could
-            // run after the rollback that follows.
-            cutoff.pass();
-            unfinished.finish_in_background(&core.background, core.background_bound(), "acquire");
-        }
-        undo.until(self.decide(request, entry, &mut round)).await
-    }
-
-    /// The refusal of an attempt that the gate turned away: contended, and
-    /// free once the gate's holder's TTL runs out at the earliest.
-    fn refused_at_gate(
-        &self,
-        entry: &Entry,
-        round: &mut QuorumRound<AcquireReply>,
-        pttl: Option<Duration>,
-    ) -> Error {
-        let core = &self.core;
-        bump(&core.counters.contended);
-        telemetry::attempt(Outcome::Contended, round.elapsed);
-        Error::Contended {
-            key: entry.keys.to_string(),
-            free_in: pttl,
-            nodes: core.reports(&mut round.replies, End::Decided),
+            // No answer in time: the gate's call was dropped, and its
+            // node may still run it; the round goes on without its
+            // vote, and a rollback will reach it (no reply: may carry).
+            Err(_) => core.count_timeout(&core.nodes[gate]),
         }
     }
-
-    /// The waiter's side of a handoff: tallies the answers a releasing
-    /// guard forwards (its round started at the `Started` stamp, taken
-    /// before the first request left) and decides like an attempt.
-    pub(crate) async fn handed_over(
-        self: &Arc<Self>,
-        request: &Request,
-        entry: Entry,
-        first: Option<HandoffEvent>,
-        mut rest: mpsc::UnboundedReceiver<HandoffEvent>,
-    ) -> Result<LockGuard, Error> {
-        let core = &self.core;
-        let config = &core.config;
-        bump(&core.counters.attempts);
-        // The releaser ends its round within the node timeout and says so;
-        // the bound only guards against a stalled runtime.
-        let give_up = Instant::now()
-            + config
-                .node_timeout
-                .saturating_mul(2)
-                .saturating_add(config.connect_timeout);
-        let mut next = first;
-        let mut receive = async || match next.take() {
-            Some(event) => Some(event),
-            None => tokio::time::timeout_at(give_up, rest.recv())
-                .await
-                .ok()
-                .flatten(),
-        };
-        // The releaser sends its start stamp before anything else.
-        let Some(HandoffEvent::Started(start)) = receive().await else {
-            return Err(self.handoff_without_start(entry).await);
-        };
-        let mut round = QuorumRound::new(core.nodes.len(), core.required(), start);
-        let end = loop {
-            match receive().await {
-                Some(HandoffEvent::Reply(i, reply)) => {
-                    if round.record(i, reply, AcquireReply::vote) {
-                        break End::Decided;
-                    }
-                }
-                Some(HandoffEvent::Ended(end)) => break end,
-                Some(HandoffEvent::Started(_)) => {}
-                None => break End::DeadlinePassed,
-            }
-        };
-        round.finish(end);
-        // Keep listening, so that the releaser never mistakes a decided
-        // waiter for one that went away (and rolls its hold back).
-        tokio::spawn(async move { while rest.recv().await.is_some() {} });
-        bump(&core.counters.handed_over);
-        self.decide(request, entry, &mut round).await
+    let unfinished = round
+        .ask(gate, core.config.node_timeout, acquire, AcquireReply::vote)
+        .await;
+    if round.tally.decision() == Decision::Won {
+        // Dropped: the guard has its quorum, and a call still queued is
+        // skipped (no work for a node the guard does not need).
+        drop(unfinished);
+    } else {
+        // A lost round's calls already sent finish in the background: a
+        // waiter's mark (and queue place) must land on every node that
+        // got the request, or that node's release would not announce
+        // itself to it. Those not sent yet are never sent: they could
+        // run after the rollback that follows.
+        cutoff.pass();
+        unfinished.finish_in_background(&core.background, core.background_bound(), "acquire");
     }
+    undo.until(decide(services, request, entry, &mut round))
+        .await
+}
 
-    /// A handoff whose start never came (cannot happen): without a start no
-    /// validity can be computed, so give back whatever may have been taken,
-    /// never guess.
-    async fn handoff_without_start(&self, entry: Entry) -> Error {
-        let core = &self.core;
-        let mut nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
-            (0..core.nodes.len()).map(|_| None).collect();
-        // A handoff takes the name with the lock's TTL.
-        release::rollback(core, &entry, &nothing, core.config.ttl).await;
-        Error::QuorumNotReached {
-            key: entry.keys.to_string(),
-            required: core.required(),
-            won: 0,
-            nodes: core.reports(&mut nothing, End::DeadlinePassed),
-        }
-    }
-
-    /// Turns a decided acquire round into a guard, or rolls it back and
-    /// says why not.
-    async fn decide(
-        self: &Arc<Self>,
-        request: &Request,
-        entry: Entry,
-        round: &mut QuorumRound<AcquireReply>,
-    ) -> Result<LockGuard, Error> {
-        let config = &self.core.config;
-        let (validity, _) = round.validity(request.ttl, config.drift_factor);
-        let span = tracing::Span::current();
-        span.record("won", round.tally.won());
-        span.record("elapsed_us", round.elapsed.as_micros() as u64);
-        span.record("validity_ms", validity.as_millis() as u64);
-
-        let min_validity = config.min_validity_for(request.ttl);
-        if round.won_with(request.ttl, config.drift_factor, min_validity) {
-            tracing::debug!(won = round.tally.won(), ?validity, "acquired");
-            bump(&self.core.counters.acquired);
-            telemetry::attempt(Outcome::Acquired, round.elapsed);
-            return Ok(self.guard(request, entry, round));
-        }
-        // Lost (or won too late): undo whatever the attempt may have written.
-        release::rollback(&self.core, &entry, &round.replies, request.ttl).await;
-        Err(self.refusal(&entry, round, validity))
-    }
-
-    /// The guard of a won round; its lease keeps the fencing counters the
-    /// acquire script read.
-    fn guard(
-        self: &Arc<Self>,
-        request: &Request,
-        entry: Entry,
-        round: &mut QuorumRound<AcquireReply>,
-    ) -> LockGuard {
-        let fence_reads = round
-            .replies
-            .iter_mut()
-            .map(|reply| match reply.take() {
-                Some(Ok(AcquireReply::Won { fences })) => Some(fences),
-                _ => None,
-            })
-            .collect();
-        let grant = Grant {
-            entry,
-            start: round.start,
-            holds: Hold::from_votes(&round.votes),
-            watched: request.watched,
-            ttl: request.ttl,
-            fence: request.fence.clone().unwrap_or_default(),
-            fence_reads,
-        };
-        let lease = Lease::new(Arc::clone(&self.core), grant);
-        LockGuard::new(lease, Arc::clone(self))
-    }
-
-    /// Why a rolled-back round did not give a guard: too late, contended
-    /// (with how long the holder still has), or too few nodes.
-    fn refusal(
-        &self,
-        entry: &Entry,
-        round: &mut QuorumRound<AcquireReply>,
-        validity: Duration,
-    ) -> Error {
-        let core = &self.core;
-        let tally = round.tally;
-        let key = entry.keys.to_string();
-        if tally.decision() == Decision::Won {
-            bump(&core.counters.validity_used_up);
-            telemetry::attempt(Outcome::ValidityUsedUp, round.elapsed);
-            return Error::ValidityUsedUp {
-                key,
-                elapsed: round.elapsed,
-                validity,
-                min_validity: core.config.min_validity,
-            };
-        }
-        let nodes = core.reports(&mut round.replies, round.end);
-        if tally.lost_to_contention() {
-            let mut pttls: Vec<Option<Duration>> = nodes
-                .iter()
-                .filter_map(|r| match r.outcome {
-                    NodeOutcome::HeldByOther { pttl } => Some(pttl),
-                    _ => None,
-                })
-                .collect();
-            let live = core.nodes.len() - tally.failed();
-            let free_in = quorum::free_in(live, tally.required(), &mut pttls);
-            tracing::debug!(contended = tally.contended(), ?free_in, "contended");
-            bump(&core.counters.contended);
-            telemetry::attempt(Outcome::Contended, round.elapsed);
-            return Error::Contended {
-                key,
-                free_in,
-                nodes,
-            };
-        }
-        tracing::debug!(
-            won = tally.won(),
-            required = tally.required(),
-            "quorum not reached"
-        );
-        bump(&core.counters.quorum_not_reached);
-        telemetry::attempt(Outcome::QuorumNotReached, round.elapsed);
-        Error::QuorumNotReached {
-            key,
-            required: tally.required(),
-            won: tally.won(),
-            nodes,
-        }
+/// The refusal of an attempt that the gate turned away: contended, and
+/// free once the gate's holder's TTL runs out at the earliest.
+fn refused_at_gate(
+    services: &Services,
+    entry: &Entry,
+    round: &mut QuorumRound<AcquireReply>,
+    pttl: Option<Duration>,
+) -> Error {
+    let core = &services.core;
+    bump(&core.counters.contended);
+    telemetry::attempt(Outcome::Contended, round.elapsed);
+    Error::Contended {
+        key: entry.keys.to_string(),
+        free_in: pttl,
+        nodes: core.reports(&mut round.replies, End::Decided),
     }
 }
 
-impl HeldLock {
-    /// Takes this lock again as the same holder (re-entry), for nested code
-    /// that needs the lock its caller already holds. One attempt: the owner
-    /// holds the lock, so only node failures can refuse it.
-    ///
-    /// The new guard is a hold of its own: it has its own validity and its
-    /// own release, and the key stays on the nodes until every hold of the
-    /// owner is released (or expires). Releasing the inner guard never ends
-    /// the outer hold; another owner still cannot release either. The
-    /// watchdog setting and the [fencing token](Self::fencing_token) carry
-    /// over from this hold.
-    ///
-    /// Fails with [`Error::Lost`] when this hold is no longer held: a lost
-    /// lock is not re-entered (a plain acquire would be a new holder).
-    ///
-    /// ```
-    /// # #[tokio::main]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
-    /// # let nodes = testbed.urls();
-    /// use quorumlock::{HeldLock, LockConfig, MultiLock};
-    ///
-    /// async fn post_entry(held: &HeldLock) -> Result<(), quorumlock::Error> {
-    ///     // Nested code that needs the ledger lock takes it again.
-    ///     let inner = held.reenter().await?;
-    ///     // ... write under the lock ...
-    ///     inner.release().await;
-    ///     Ok(())
-    /// }
-    ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
-    /// let outer = lock.try_acquire("ledger").await?;
-    /// post_entry(&outer).await?;
-    /// assert!(outer.is_held(), "the inner release left the outer hold");
-    /// assert!(outer.release().await.kept == 0, "the last hold deletes the key");
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`MultiLock::try_acquire`](crate::MultiLock::try_acquire):
-    /// dropping the future gives back what it wrote, in a task of its own
-    /// (the outer hold keeps the key meanwhile anyway).
-    pub async fn reenter(&self) -> Result<LockGuard, Error> {
-        let lease = &self.lease;
-        lease.ensure_held()?;
-        let request = Request {
-            keys: Arc::clone(&lease.entry.keys),
-            owner: Some(Arc::clone(&lease.entry.token)),
-            fence: Some(Arc::clone(&lease.fence)),
-            watched: lease.watched,
-            ttl: self.services.core.config.ttl,
-            waits: false,
-            ticket: None,
+/// The waiter's side of a handoff: tallies the answers a releasing
+/// guard forwards (its round started at the `Started` stamp, taken
+/// before the first request left) and decides like an attempt.
+pub(crate) async fn handed_over(
+    services: &Services,
+    request: &Request,
+    entry: Entry,
+    first: Option<HandoffEvent>,
+    mut rest: mpsc::UnboundedReceiver<HandoffEvent>,
+) -> Result<Lease, Error> {
+    let core = &services.core;
+    let config = &core.config;
+    bump(&core.counters.attempts);
+    // The releaser ends its round within the node timeout and says so;
+    // the bound only guards against a stalled runtime.
+    let give_up = Instant::now()
+        + config
+            .node_timeout
+            .saturating_mul(2)
+            .saturating_add(config.connect_timeout);
+    let mut next = first;
+    let mut receive = async || match next.take() {
+        Some(event) => Some(event),
+        None => tokio::time::timeout_at(give_up, rest.recv())
+            .await
+            .ok()
+            .flatten(),
+    };
+    // The releaser sends its start stamp before anything else.
+    let Some(HandoffEvent::Started(start)) = receive().await else {
+        return Err(handoff_without_start(services, entry).await);
+    };
+    let mut round = QuorumRound::new(core.nodes.len(), core.required(), start);
+    let end = loop {
+        match receive().await {
+            Some(HandoffEvent::Reply(i, reply)) => {
+                if round.record(i, reply, AcquireReply::vote) {
+                    break End::Decided;
+                }
+            }
+            Some(HandoffEvent::Ended(end)) => break end,
+            Some(HandoffEvent::Started(_)) => {}
+            None => break End::DeadlinePassed,
+        }
+    };
+    round.finish(end);
+    // Keep listening, so that the releaser never mistakes a decided
+    // waiter for one that went away (and rolls its hold back).
+    tokio::spawn(async move { while rest.recv().await.is_some() {} });
+    bump(&core.counters.handed_over);
+    decide(services, request, entry, &mut round).await
+}
+
+/// A handoff whose start never came (cannot happen): without a start no
+/// validity can be computed, so give back whatever may have been taken,
+/// never guess.
+async fn handoff_without_start(services: &Services, entry: Entry) -> Error {
+    let core = &services.core;
+    let mut nothing: Vec<Option<Result<AcquireReply, NodeError>>> =
+        (0..core.nodes.len()).map(|_| None).collect();
+    // A handoff takes the name with the lock's TTL.
+    release::rollback(core, &entry, &nothing, core.config.ttl).await;
+    Error::QuorumNotReached {
+        key: entry.keys.to_string(),
+        required: core.required(),
+        won: 0,
+        nodes: core.reports(&mut nothing, End::DeadlinePassed),
+    }
+}
+
+/// Turns a decided acquire round into a guard, or rolls it back and
+/// says why not.
+async fn decide(
+    services: &Services,
+    request: &Request,
+    entry: Entry,
+    round: &mut QuorumRound<AcquireReply>,
+) -> Result<Lease, Error> {
+    let config = &services.core.config;
+    let (validity, _) = round.validity(request.ttl, config.drift_factor);
+    let span = tracing::Span::current();
+    span.record("won", round.tally.won());
+    span.record("elapsed_us", round.elapsed.as_micros() as u64);
+    span.record("validity_ms", validity.as_millis() as u64);
+
+    let min_validity = config.min_validity_for(request.ttl);
+    if round.won_with(request.ttl, config.drift_factor, min_validity) {
+        tracing::debug!(won = round.tally.won(), ?validity, "acquired");
+        bump(&services.core.counters.acquired);
+        telemetry::attempt(Outcome::Acquired, round.elapsed);
+        return Ok(lease(services, request, entry, round));
+    }
+    // Lost (or won too late): undo whatever the attempt may have written.
+    release::rollback(&services.core, &entry, &round.replies, request.ttl).await;
+    Err(refusal(services, &entry, round, validity))
+}
+
+/// The lease of a won round; it keeps the fencing counters the acquire
+/// script read. The caller wraps it in its guard at once (no await in
+/// between: a guard is what releases it).
+fn lease(
+    services: &Services,
+    request: &Request,
+    entry: Entry,
+    round: &mut QuorumRound<AcquireReply>,
+) -> Lease {
+    let fence_reads = round
+        .replies
+        .iter_mut()
+        .map(|reply| match reply.take() {
+            Some(Ok(AcquireReply::Won { fences })) => Some(fences),
+            _ => None,
+        })
+        .collect();
+    let grant = Grant {
+        entry,
+        start: round.start,
+        holds: Hold::from_votes(&round.votes),
+        watched: request.watched,
+        ttl: request.ttl,
+        fence: request.fence.clone().unwrap_or_default(),
+        fence_reads,
+    };
+    Lease::new(Arc::clone(&services.core), grant)
+}
+
+/// Why a rolled-back round did not give a guard: too late, contended
+/// (with how long the holder still has), or too few nodes.
+fn refusal(
+    services: &Services,
+    entry: &Entry,
+    round: &mut QuorumRound<AcquireReply>,
+    validity: Duration,
+) -> Error {
+    let core = &services.core;
+    let tally = round.tally;
+    let key = entry.keys.to_string();
+    if tally.decision() == Decision::Won {
+        bump(&core.counters.validity_used_up);
+        telemetry::attempt(Outcome::ValidityUsedUp, round.elapsed);
+        return Error::ValidityUsedUp {
+            key,
+            elapsed: round.elapsed,
+            validity,
+            min_validity: core.config.min_validity,
         };
-        self.services.attempt(&request).await
+    }
+    let nodes = core.reports(&mut round.replies, round.end);
+    if tally.lost_to_contention() {
+        let mut pttls: Vec<Option<Duration>> = nodes
+            .iter()
+            .filter_map(|r| match r.outcome {
+                NodeOutcome::HeldByOther { pttl } => Some(pttl),
+                _ => None,
+            })
+            .collect();
+        let live = core.nodes.len() - tally.failed();
+        let free_in = quorum::free_in(live, tally.required(), &mut pttls);
+        tracing::debug!(contended = tally.contended(), ?free_in, "contended");
+        bump(&core.counters.contended);
+        telemetry::attempt(Outcome::Contended, round.elapsed);
+        return Error::Contended {
+            key,
+            free_in,
+            nodes,
+        };
+    }
+    tracing::debug!(
+        won = tally.won(),
+        required = tally.required(),
+        "quorum not reached"
+    );
+    bump(&core.counters.quorum_not_reached);
+    telemetry::attempt(Outcome::QuorumNotReached, round.elapsed);
+    Error::QuorumNotReached {
+        key,
+        required: tally.required(),
+        won: tally.won(),
+        nodes,
     }
 }

@@ -147,7 +147,6 @@ use crate::clock::Stamp;
 use crate::core::ttl_millis;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound, fan_out};
-use crate::guard::HeldLock;
 use crate::lease::Lease;
 use crate::node::{OwnerCheck, Reading};
 use crate::quorum::Decision;
@@ -157,58 +156,6 @@ use crate::telemetry;
 /// What was read from one node: each name's counter, or `None` when the
 /// node was not read.
 type Read = Option<Box<[Reading]>>;
-
-impl HeldLock {
-    /// This holder's fencing token: larger than the token of every earlier
-    /// holder of the lock's name(s), under the conditions set out in
-    /// [`crate::fence`]. Give it to the protected resource with every
-    /// write, e.g. [`FencedResource`](crate::fenced::FencedResource).
-    ///
-    /// The first call costs one round trip to the nodes (two for a name's
-    /// very first token); later calls, and holds re-entered through this
-    /// one, return the same token. For a lock on several names, the token is
-    /// larger than every earlier token of each of its names.
-    ///
-    /// The first call fails with [`Error::Lost`] when the lock is no longer
-    /// held, and with [`Error::FencingUnavailable`] when too few nodes
-    /// confirmed in time (the lock may still be held; calling again
-    /// retries). Once established, the token is returned even after the
-    /// lock is lost: it names this holder, it does not say the lock is
-    /// still held (that is what the resource's check is for).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves the token unset; counters may have been
-    /// raised, which only makes later tokens larger.
-    ///
-    /// ```
-    /// # #[tokio::main]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
-    /// # let nodes = testbed.urls();
-    /// use quorumlock::{LockConfig, MultiLock};
-    ///
-    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
-    /// let guard = lock.try_acquire("batch").await?;
-    /// let token = guard.fencing_token().await?;
-    /// assert_eq!(guard.fencing_token().await?, token, "one holder, one token");
-    /// guard.release().await;
-    /// let next = lock.try_acquire("batch").await?;
-    /// assert!(next.fencing_token().await? > token);
-    /// # next.release().await;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[tracing::instrument(level = "debug", name = "fencing", skip_all, fields(key = %self.lease.name, nodes = self.services.core.nodes.len()))]
-    pub async fn fencing_token(&self) -> Result<u64, Error> {
-        let lease = &self.lease;
-        lease
-            .fence
-            .get_or_try_init(|| establish(lease))
-            .await
-            .copied()
-    }
-}
 
 /// A majority of `n` nodes.
 fn majority(n: usize) -> usize {
@@ -255,7 +202,7 @@ pub(crate) fn floor_token(reads: &[Read], times_us: &[Option<u64>]) -> Option<u6
 }
 
 /// Reads (if needed), picks and raises the token; see the module docs.
-async fn establish(lease: &Arc<Lease>) -> Result<u64, Error> {
+pub(crate) async fn establish(lease: &Arc<Lease>) -> Result<u64, Error> {
     lease.ensure_held()?;
     let token = pick_token(lease).await?;
     raise(lease, token).await

@@ -15,44 +15,20 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::acquire::{self, Request};
 use crate::clock::Stamp;
 use crate::config;
-use crate::core::{Core, ttl_millis};
+use crate::core::ttl_millis;
 use crate::error::{Error, LostReason};
 use crate::fanout::quorum_round;
+use crate::fence;
 use crate::lease::{Flight, Hold, Lease, LossNotice, Recorded, Renewal, Win};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseReport};
+use crate::services::Services;
 use crate::stats::bump;
 use crate::telemetry;
-use crate::wake::Wake;
 use crate::watchdog::Watchdog;
-
-/// What a lock service and its handles share: the core (settings, nodes,
-/// counters), the watchdog that renews its watched leases, and the
-/// wake-ups of its waiters.
-pub(crate) struct Services {
-    pub(crate) core: Arc<Core>,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) wake: Wake,
-}
-
-impl Services {
-    pub(crate) fn new(core: Core) -> Services {
-        let core = Arc::new(core);
-        let config = &core.config;
-        Services {
-            watchdog: Watchdog::new(config.renew_interval),
-            wake: Wake::new(
-                config.wake_ups,
-                config.required_nodes(),
-                &core.nodes,
-                config.connect_timeout,
-            ),
-            core,
-        }
-    }
-}
 
 /// A read-only, cloneable view of a held lock: hand it to the work the lock
 /// protects so it can check [`is_held`](Self::is_held), stop on
@@ -411,6 +387,115 @@ impl HeldLock {
     /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
         self.lease.cancellation_token()
+    }
+
+    /// Takes this lock again as the same holder (re-entry), for nested code
+    /// that needs the lock its caller already holds. One attempt: the owner
+    /// holds the lock, so only node failures can refuse it.
+    ///
+    /// The new guard is a hold of its own: it has its own validity and its
+    /// own release, and the key stays on the nodes until every hold of the
+    /// owner is released (or expires). Releasing the inner guard never ends
+    /// the outer hold; another owner still cannot release either. The
+    /// watchdog setting and the [fencing token](Self::fencing_token) carry
+    /// over from this hold.
+    ///
+    /// Fails with [`Error::Lost`] when this hold is no longer held: a lost
+    /// lock is not re-entered (a plain acquire would be a new holder).
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// use quorumlock::{HeldLock, LockConfig, MultiLock};
+    ///
+    /// async fn post_entry(held: &HeldLock) -> Result<(), quorumlock::Error> {
+    ///     // Nested code that needs the ledger lock takes it again.
+    ///     let inner = held.reenter().await?;
+    ///     // ... write under the lock ...
+    ///     inner.release().await;
+    ///     Ok(())
+    /// }
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
+    /// let outer = lock.try_acquire("ledger").await?;
+    /// post_entry(&outer).await?;
+    /// assert!(outer.is_held(), "the inner release left the outer hold");
+    /// assert!(outer.release().await.kept == 0, "the last hold deletes the key");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`MultiLock::try_acquire`](crate::MultiLock::try_acquire):
+    /// dropping the future gives back what it wrote, in a task of its own
+    /// (the outer hold keeps the key meanwhile anyway).
+    pub async fn reenter(&self) -> Result<LockGuard, Error> {
+        let lease = &self.lease;
+        lease.ensure_held()?;
+        let request = Request {
+            keys: Arc::clone(&lease.entry.keys),
+            owner: Some(Arc::clone(&lease.entry.token)),
+            fence: Some(Arc::clone(&lease.fence)),
+            watched: lease.watched,
+            ttl: self.services.core.config.ttl,
+            waits: false,
+            ticket: None,
+        };
+        let lease = acquire::attempt(&self.services, &request, None).await?;
+        Ok(LockGuard::new(lease, Arc::clone(&self.services)))
+    }
+
+    /// This holder's fencing token: larger than the token of every earlier
+    /// holder of the lock's name(s), under the conditions set out in
+    /// [`crate::fence`]. Give it to the protected resource with every
+    /// write, e.g. [`FencedResource`](crate::fenced::FencedResource).
+    ///
+    /// The first call costs one round trip to the nodes (two for a name's
+    /// very first token); later calls, and holds re-entered through this
+    /// one, return the same token. For a lock on several names, the token is
+    /// larger than every earlier token of each of its names.
+    ///
+    /// The first call fails with [`Error::Lost`] when the lock is no longer
+    /// held, and with [`Error::FencingUnavailable`] when too few nodes
+    /// confirmed in time (the lock may still be held; calling again
+    /// retries). Once established, the token is returned even after the
+    /// lock is lost: it names this holder, it does not say the lock is
+    /// still held (that is what the resource's check is for).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the token unset; counters may have been
+    /// raised, which only makes later tokens larger.
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// use quorumlock::{LockConfig, MultiLock};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
+    /// let guard = lock.try_acquire("batch").await?;
+    /// let token = guard.fencing_token().await?;
+    /// assert_eq!(guard.fencing_token().await?, token, "one holder, one token");
+    /// guard.release().await;
+    /// let next = lock.try_acquire("batch").await?;
+    /// assert!(next.fencing_token().await? > token);
+    /// # next.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[tracing::instrument(level = "debug", name = "fencing", skip_all, fields(key = %self.lease.name, nodes = self.services.core.nodes.len()))]
+    pub async fn fencing_token(&self) -> Result<u64, Error> {
+        let lease = &self.lease;
+        lease
+            .fence
+            .get_or_try_init(|| fence::establish(lease))
+            .await
+            .copied()
     }
 }
 

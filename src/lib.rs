@@ -180,6 +180,7 @@ pub struct GuideDoctests;
 // The layers, each importing only from the layers below it (see
 // ARCHITECTURE.md; `tests/architecture.rs` keeps the shape).
 // 0 pure: no I/O, no async.
+mod attempts;
 mod background;
 mod batch;
 mod clock;
@@ -207,16 +208,18 @@ mod sentinel;
 mod lease;
 // 3 services: renewal, wake-ups, giving back.
 mod release;
+mod services;
 pub mod wake;
 pub mod watchdog;
-// 4 handles.
-mod guard;
-// 5 the service.
+// 4 rounds: an acquire, a fencing read.
 mod acquire;
 pub mod fence;
+// 5 handles.
+mod guard;
+// 6 the service.
+mod call;
 mod lock;
-mod scoped;
-// 6 front ends.
+// 7 front ends.
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;

@@ -1,28 +1,25 @@
 //! [`MultiLock`]: one lock service over N independent Redis masters.
 
 use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::join_all;
-use tokio::time::Instant;
-use tracing::Instrument;
-use tracing::field::Empty;
 
 use crate::acquire::Request;
-use crate::clock::instant_in;
-use crate::config::LockConfig;
+use crate::call;
+use crate::config::{GuardOptions, LockConfig};
 use crate::core::Core;
-use crate::error::{Error, NodeError};
-use crate::guard::{LockGuard, Services};
-use crate::keys::{KeySet, Ticket};
+use crate::error::{Error, LostReason, NodeError};
+use crate::guard::{HeldLock, LockGuard};
 use crate::node::Node;
 use crate::owner::Owner;
-use crate::release;
+use crate::services::Services;
 use crate::stats::LockStats;
-use crate::telemetry::{self, Outcome};
 use crate::wait::Wait;
-use crate::wake::Woken;
 
 /// A distributed lock service over N independent Redis masters ("nodes").
 ///
@@ -278,7 +275,7 @@ impl MultiLock {
     /// An operator's release of `name`, whatever its owner (Redisson's
     /// `forceUnlock`): deletes the lock key on every node, announces the
     /// release to waiters, and ends at once the guards of this lock service
-    /// that hold it ([`LostReason::ForceReleased`](crate::LostReason::ForceReleased)).
+    /// that hold it ([`LostReason::ForceReleased`](LostReason::ForceReleased)).
     /// Logged at warn level. Returns, per node, whether a key was there.
     ///
     /// A name in the reserved `quorumlock:` namespace is refused with
@@ -334,7 +331,7 @@ impl MultiLock {
         let local = self
             .services
             .watchdog
-            .end_holders_of(name, &crate::LostReason::ForceReleased);
+            .end_holders_of(name, &LostReason::ForceReleased);
         let results = crate::release::force_release(core, name, marker_ms).await;
         let found = results.iter().filter(|r| matches!(r, Ok(true))).count();
         let failed = results.iter().filter(|r| r.is_err()).count();
@@ -349,7 +346,7 @@ impl MultiLock {
     }
 
     /// [`try_acquire`](Self::try_acquire) with this guard's own TTL or
-    /// watchdog setting ([`GuardOptions`](crate::GuardOptions)).
+    /// watchdog setting ([`GuardOptions`](GuardOptions)).
     ///
     /// ```
     /// # #[tokio::main]
@@ -374,14 +371,13 @@ impl MultiLock {
     pub async fn try_acquire_with(
         &self,
         key: &str,
-        options: &crate::GuardOptions,
+        options: &GuardOptions,
     ) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request_with(&[key], options)?, None)
-            .await
+        call::acquire(&self.services, self.request_with(&[key], options)?, None).await
     }
 
     /// [`acquire`](Self::acquire) with this guard's own TTL or watchdog
-    /// setting ([`GuardOptions`](crate::GuardOptions)). A waiter with its
+    /// setting ([`GuardOptions`](GuardOptions)). A waiter with its
     /// own TTL is never handed the name by a release of this lock service
     /// (that hands over with the lock's TTL); it takes its turn by an
     /// attempt on the release notice.
@@ -410,10 +406,14 @@ impl MultiLock {
         &self,
         key: &str,
         wait: Wait,
-        options: &crate::GuardOptions,
+        options: &GuardOptions,
     ) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request_with(&[key], options)?, Some(wait.budget()))
-            .await
+        call::acquire(
+            &self.services,
+            self.request_with(&[key], options)?,
+            Some(wait.budget()),
+        )
+        .await
     }
 
     /// One attempt to take the lock named `key`.
@@ -457,8 +457,7 @@ impl MultiLock {
     /// that was down, until the key's TTL). Without a Tokio runtime left to
     /// run it, the keys expire by their TTL.
     pub async fn try_acquire(&self, key: &str) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request(&[key], None)?, None)
-            .await
+        call::acquire(&self.services, self.request(&[key], None)?, None).await
     }
 
     /// Takes the lock named `key`, retrying until it is won, the wait budget
@@ -504,8 +503,12 @@ impl MultiLock {
     /// fair waiter's places in the nodes' waiter queues are given up by a
     /// background task (or lapse, without a runtime).
     pub async fn acquire(&self, key: &str, wait: Wait) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request(&[key], None)?, Some(wait.budget()))
-            .await
+        call::acquire(
+            &self.services,
+            self.request(&[key], None)?,
+            Some(wait.budget()),
+        )
+        .await
     }
 
     /// One attempt to take several locks at once, all or nothing: one guard
@@ -540,7 +543,7 @@ impl MultiLock {
     ///
     /// As for [`try_acquire`](Self::try_acquire).
     pub async fn try_acquire_all<S: AsRef<str>>(&self, keys: &[S]) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request(keys, None)?, None).await
+        call::acquire(&self.services, self.request(keys, None)?, None).await
     }
 
     /// [`try_acquire_all`](Self::try_acquire_all), retrying as
@@ -572,8 +575,12 @@ impl MultiLock {
         keys: &[S],
         wait: Wait,
     ) -> Result<LockGuard, Error> {
-        self.acquire_request(self.request(keys, None)?, Some(wait.budget()))
-            .await
+        call::acquire(
+            &self.services,
+            self.request(keys, None)?,
+            Some(wait.budget()),
+        )
+        .await
     }
 
     /// Takes the lock named `key` as `owner` (waiting as
@@ -615,7 +622,8 @@ impl MultiLock {
         key: &str,
         wait: Wait,
     ) -> Result<LockGuard, Error> {
-        self.acquire_request(
+        call::acquire(
+            &self.services,
             self.request(&[key], Some(Arc::clone(owner.shared_token())))?,
             Some(wait.budget()),
         )
@@ -656,7 +664,8 @@ impl MultiLock {
         keys: &[S],
         wait: Wait,
     ) -> Result<LockGuard, Error> {
-        self.acquire_request(
+        call::acquire(
+            &self.services,
             self.request(keys, Some(Arc::clone(owner.shared_token())))?,
             Some(wait.budget()),
         )
@@ -674,186 +683,96 @@ impl MultiLock {
         Request::new(keys, owner, (config.watchdog, config.ttl))
     }
 
-    fn request_with(&self, keys: &[&str], options: &crate::GuardOptions) -> Result<Request, Error> {
+    fn request_with(&self, keys: &[&str], options: &GuardOptions) -> Result<Request, Error> {
         let how = options.resolve(&self.services.core.config)?;
         Request::new(keys, None, how)
     }
 
-    /// Runs a request: one attempt (`wait: None`), or attempts until won or
-    /// the budget is spent, waiting between attempts for a release notice,
-    /// a handoff, the holder's remaining TTL or the backoff.
-    pub(crate) async fn acquire_request(
-        &self,
-        mut request: Request,
-        wait: Option<Duration>,
-    ) -> Result<LockGuard, Error> {
-        let config = &self.services.core.config;
-        request.waits = wait.is_some() && config.wake_ups;
-        // A waiter of a fair lock service also queues for the name: a free
-        // name goes to the longest waiting call first.
-        request.ticket = (request.waits && config.fair).then(|| self.services.wake.ticket());
-        let span = tracing::debug_span!(
-            "acquire",
-            key = %request.keys,
-            wait_ms = wait.map(|w| w.as_millis() as u64),
-            attempts = Empty,
-            elapsed_us = Empty,
-            waited_us = Empty,
-        );
-        let began = Instant::now();
-        let mut waited = Duration::ZERO;
-        self.services.core.first_connects().await;
-        let outcome = self
-            .attempts(&request, wait, &mut waited)
-            .instrument(span.clone())
-            .await;
-        let took = began.elapsed();
-        span.record("elapsed_us", took.as_micros() as u64);
-        span.record("waited_us", waited.as_micros() as u64);
-        telemetry::acquire(Outcome::of(&outcome), took, waited);
-        outcome
-    }
-
-    /// The attempts of one acquire call, adding the time spent waiting
-    /// between them to `waited`.
-    async fn attempts(
-        &self,
-        request: &Request,
-        wait: Option<Duration>,
-        waited: &mut Duration,
-    ) -> Result<LockGuard, Error> {
-        let services = &self.services;
-        let Some(wait) = wait else {
-            tracing::Span::current().record("attempts", 1);
-            return services.attempt(request).await;
-        };
-        // Every attempt may take a place in the names' waiter queues: given
-        // up when this call ends without the lock, or is dropped.
-        let mut place = QueuePlace {
-            services,
-            keys: &request.keys,
-            ticket: request.ticket.as_ref(),
-        };
-        let outcome = self.attempts_until(request, instant_in(wait), waited).await;
-        match &outcome {
-            // The guard's release gives up what is left of its places.
-            Ok(_) => place.ticket = None,
-            Err(_) => place.leave().await,
-        }
-        outcome
-    }
-
-    /// Attempts until one wins, one fails for good, or the budget ending
-    /// at `budget_end` (or the attempt limit) is spent.
-    async fn attempts_until(
-        &self,
-        request: &Request,
-        budget_end: Instant,
-        waited: &mut Duration,
-    ) -> Result<LockGuard, Error> {
-        let services = &self.services;
-        let began = Instant::now();
-        let retry = &services.core.config.retry;
-        let queue_id = request.ticket.as_ref().map(|t| Arc::clone(&t.id));
-        let mut waiting = services
-            .wake
-            .waiter(&request.keys, &services.core.counters, queue_id);
-        let mut attempts = 0u32;
-        let queued = request.ticket.is_some();
-        // One name: a release by this lock service may take it for us.
-        // A release hands the name over with the lock's TTL: an acquire
-        // with a TTL of its own takes its turn by an attempt instead.
-        let handoff = request.keys.len() == 1 && request.ttl == services.core.config.ttl;
-        let next = || handoff.then(|| request.entry(services.core.nodes.len()));
-        // Others of this lock service wait for it already: queue behind
-        // them (first come, first served) rather than barge in with an
-        // attempt that would find the name taken or handed over.
-        let mut woken = Woken::Retry;
-        if services.wake.has_waiters(&request.keys) {
-            let backoff = retry.delay(1, rand::random::<f64>());
-            let wait = waiting.wait(None, backoff, budget_end, next(), true, None);
-            woken = timed(waited, wait).await;
-        }
-        // Lost to contention last time: the next attempt goes through the
-        // gate, so that waiters woken together do not split the nodes.
-        let mut contended = false;
-        loop {
-            attempts += 1;
-            // Marked before the attempt: a release announced while it runs
-            // still wakes the wait after it.
-            waiting.mark();
-            // A queued waiter woken by its own notice is first in line: no
-            // herd to turn away at a gate.
-            let gated = contended && !(queued && waiting.woke_on_notice());
-            let outcome = match woken {
-                Woken::HandedOver { entry, first, rest } => {
-                    services.handed_over(request, entry, first, rest).await
+    /// Takes the lock named `key` (waiting up to `wait`, as
+    /// [`acquire`](Self::acquire)), runs `work` while the
+    /// [watchdog](crate::watchdog) keeps the lock alive, and releases it.
+    ///
+    /// * The work gets a [`HeldLock`] to check [`is_held`](HeldLock::is_held)
+    ///   or hand the [cancellation token](HeldLock::cancellation_token) on.
+    /// * If the lock is lost while the work runs, the work's future is
+    ///   dropped at once (it is cancelled at its current `.await`) and the
+    ///   call returns [`Error::Lost`]. If the work and the loss are ready at
+    ///   the same moment, the loss wins: a result is only returned when the
+    ///   lock was held until the work finished.
+    /// * The lock is released in every case: the work returned, the lock
+    ///   was lost, or the work panicked (the panic is then resumed after the
+    ///   release). If this future itself is dropped, the guard's drop
+    ///   releases in the background.
+    /// * [`LockConfigBuilder::max_hold`](crate::LockConfigBuilder::max_hold)
+    ///   bounds how long the watchdog renews: work that runs longer is
+    ///   cancelled with [`LostReason::MaxHoldReached`](LostReason::MaxHoldReached).
+    ///
+    /// A work that returns a `Result` gives `Result<Result<T, E>, Error>`:
+    /// the outer error is the lock's, the inner one the work's.
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
+    /// # let nodes = testbed.urls();
+    /// use std::time::Duration;
+    /// use quorumlock::{LockConfig, MultiLock, Wait};
+    ///
+    /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
+    /// let total = lock
+    ///     .run_exclusive("nightly-job", Wait::up_to(Duration::from_secs(1)), |held| async move {
+    ///         assert!(held.is_held() && held.is_watched());
+    ///         // ... the work that must never run twice at once ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// assert_eq!(total, 42);
+    /// // Released afterwards: the next caller gets it at once.
+    /// lock.try_acquire("nightly-job").await?.release().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work (at its current `.await`) and
+    /// the guard, whose drop releases the lock in the background; while
+    /// the acquire is still waiting, as for
+    /// [`acquire`](Self::acquire).
+    pub async fn run_exclusive<F, Fut, T>(&self, key: &str, wait: Wait, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(HeldLock) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let request = Request::new(&[key], None, (true, self.config().ttl()))?;
+        let guard = call::acquire(&self.services, request, Some(wait.budget())).await?;
+        let lost = guard.lost();
+        let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(guard.handle()))) {
+            Ok(work) => {
+                let work = AssertUnwindSafe(work).catch_unwind();
+                tokio::select! {
+                    biased;
+                    notice = lost => Err(notice),
+                    done = work => Ok(done),
                 }
-                Woken::Retry if gated => services.attempt_gated(request).await,
-                Woken::Retry => services.attempt(request).await,
-            };
-            tracing::Span::current().record("attempts", attempts);
-            let error = match outcome {
-                Err(e) if e.is_retryable() => e,
-                done => return done,
-            };
-            contended = matches!(error, Error::Contended { .. });
-            let now = Instant::now();
-            let out_of_attempts = retry.max_attempts().is_some_and(|max| attempts >= max);
-            if out_of_attempts || now >= budget_end {
-                return Err(Error::WaitBudgetExhausted {
-                    key: request.keys.to_string(),
-                    attempts,
-                    waited: now - began,
-                    last: Box::new(error),
-                });
             }
-            let backoff = retry.delay(attempts, rand::random::<f64>());
-            // Lost a race that a release notice started: sit one release
-            // notice out (see `Waiter::wait`). Not a queued waiter: the next
-            // notice that names it is its turn.
-            let listen = queued || !(contended && waiting.woke_on_gate_notice());
-            // The next attempt asks the gate first. Refused there after a
-            // wake on other nodes' notices, it met a release on its way to
-            // the gate, not a lost race: it keeps listening.
-            let gate = if contended { services.gate() } else { None };
-            let wait = waiting.wait(Some(&error), backoff, budget_end, next(), listen, gate);
-            woken = timed(waited, wait).await;
-        }
-    }
-}
-
-/// Runs `wait`, adding the time it took to `waited`.
-async fn timed<T>(waited: &mut Duration, wait: impl std::future::Future<Output = T>) -> T {
-    let pause = Instant::now();
-    let out = wait.await;
-    *waited += pause.elapsed();
-    out
-}
-
-/// A waiting acquire call's places in the waiter queues of its names,
-/// given up when the call ends without the lock: at once when it returns
-/// an error, in the background when its future is dropped.
-struct QueuePlace<'a> {
-    services: &'a Arc<Services>,
-    keys: &'a Arc<KeySet>,
-    /// `None` once given up (or handed to a guard).
-    ticket: Option<&'a Ticket>,
-}
-
-impl QueuePlace<'_> {
-    /// Gives the places up on every node that answers in time.
-    async fn leave(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            release::leave_queues(&self.services.core, self.keys, ticket).await;
-        }
-    }
-}
-
-impl Drop for QueuePlace<'_> {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            release::leave_queues_in_background(&self.services.core, self.keys, ticket);
+            Err(panic) => Ok(Err(panic)),
+        };
+        // The work's future is gone by now (finished or dropped): release.
+        let report = guard.release().await;
+        tracing::debug!(
+            key,
+            released = report.released,
+            was_held = report.was_held,
+            "run_exclusive done"
+        );
+        match outcome {
+            Err(notice) => Err(Error::Lost {
+                key: key.to_string(),
+                reason: notice.reason,
+            }),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Ok(Ok(value)) => Ok(value),
         }
     }
 }

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "pure",
         &[
+            "attempts",
             "background",
             "batch",
             "clock",
@@ -49,9 +50,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("state", &["lease"]),
-    ("services", &["watchdog", "wake", "release"]),
+    ("services", &["watchdog", "wake", "release", "services"]),
+    ("rounds", &["acquire", "fence"]),
     ("handles", &["guard"]),
-    ("the service", &["acquire", "lock", "fence", "scoped"]),
+    ("the service", &["call", "lock"]),
     ("front ends", &["blocking"]),
 ];
 

@@ -1,0 +1,187 @@
+//! One acquire call of a lock service: a single attempt, or attempts until
+//! one wins or the wait budget is spent, with the waits between them (a
+//! release notice, a handoff, the holder's remaining TTL or the backoff).
+//! What to do after each event is decided by [`crate::attempts`]; this
+//! module does the I/O: the attempts ([`crate::acquire`]), the waits
+//! ([`crate::wake`]) and the queue places a call gives up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::acquire::{self, Request};
+use crate::attempts::{Attempts, Event, Step};
+use crate::clock::instant_in;
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::keys::{KeySet, Ticket};
+use crate::release;
+use crate::services::Services;
+use crate::telemetry::{self, Outcome};
+use crate::wake::Woken;
+
+/// Runs a request: one attempt (`wait: None`), or attempts until won or
+/// the budget is spent, waiting between attempts for a release notice,
+/// a handoff, the holder's remaining TTL or the backoff.
+pub(crate) async fn acquire(
+    services: &Arc<Services>,
+    mut request: Request,
+    wait: Option<Duration>,
+) -> Result<LockGuard, Error> {
+    let config = &services.core.config;
+    request.waits = wait.is_some() && config.wake_ups;
+    // A waiter of a fair lock service also queues for the name: a free
+    // name goes to the longest waiting call first.
+    request.ticket = (request.waits && config.fair).then(|| services.wake.ticket());
+    let span = tracing::debug_span!(
+        "acquire",
+        key = %request.keys,
+        wait_ms = wait.map(|w| w.as_millis() as u64),
+        attempts = Empty,
+        elapsed_us = Empty,
+        waited_us = Empty,
+    );
+    let began = Instant::now();
+    let mut waited = Duration::ZERO;
+    services.core.first_connects().await;
+    let outcome = attempts(services, &request, wait, &mut waited)
+        .instrument(span.clone())
+        .await;
+    let took = began.elapsed();
+    span.record("elapsed_us", took.as_micros() as u64);
+    span.record("waited_us", waited.as_micros() as u64);
+    telemetry::acquire(Outcome::of(&outcome), took, waited);
+    outcome
+}
+
+/// The attempts of one acquire call, adding the time spent waiting
+/// between them to `waited`.
+async fn attempts(
+    services: &Arc<Services>,
+    request: &Request,
+    wait: Option<Duration>,
+    waited: &mut Duration,
+) -> Result<LockGuard, Error> {
+    let Some(wait) = wait else {
+        tracing::Span::current().record("attempts", 1);
+        let lease = acquire::attempt(services, request, None).await?;
+        return Ok(LockGuard::new(lease, Arc::clone(services)));
+    };
+    // Every attempt may take a place in the names' waiter queues: given
+    // up when this call ends without the lock, or is dropped.
+    let mut place = QueuePlace {
+        services,
+        keys: &request.keys,
+        ticket: request.ticket.as_ref(),
+    };
+    let outcome = attempts_until(services, request, instant_in(wait), waited).await;
+    match &outcome {
+        // The guard's release gives up what is left of its places.
+        Ok(_) => place.ticket = None,
+        Err(_) => place.leave().await,
+    }
+    outcome
+}
+
+/// Attempts until one wins, one fails for good, or the budget ending
+/// at `budget_end` (or the attempt limit) is spent: the steps of
+/// [`Attempts`], with their I/O.
+async fn attempts_until(
+    services: &Arc<Services>,
+    request: &Request,
+    budget_end: Instant,
+    waited: &mut Duration,
+) -> Result<LockGuard, Error> {
+    let queue_id = request.ticket.as_ref().map(|t| Arc::clone(&t.id));
+    let mut waiting = services
+        .wake
+        .waiter(&request.keys, &services.core.counters, queue_id);
+    // One name: a release by this lock service may take it for us.
+    // A release hands the name over with the lock's TTL: an acquire
+    // with a TTL of its own takes its turn by an attempt instead.
+    let handoff = request.keys.len() == 1 && request.ttl == services.core.config.ttl;
+    let next = || handoff.then(|| request.entry(services.core.nodes.len()));
+    let retry = &services.core.config.retry;
+    let queued = request.ticket.is_some();
+    let span = (Instant::now(), budget_end);
+    let mut attempts = Attempts::new(retry, &request.keys, queued, span);
+    let mut event = Event::Start {
+        others_wait: services.wake.has_waiters(&request.keys),
+    };
+    let mut woken = Woken::Retry;
+    loop {
+        match attempts.next(event, Instant::now(), rand::random::<f64>()) {
+            Step::GiveUp(error) => return Err(error),
+            Step::Wait(nap) => {
+                // Refused at the gate after a wake on other nodes'
+                // notices, the attempt met a release on its way to the
+                // gate: the waiter watches for the gate's notice.
+                let gate = nap.ask_gate.then(|| acquire::gate(services)).flatten();
+                let after = nap.after.as_ref();
+                let wait = waiting.wait(after, nap.backoff, budget_end, next(), nap.listen, gate);
+                woken = timed(waited, wait).await;
+                event = Event::Woke {
+                    on_notice: waiting.woke_on_notice(),
+                    on_gate_notice: waiting.woke_on_gate_notice(),
+                };
+            }
+            Step::Attempt { gated } => {
+                // Marked before the attempt: a release announced while
+                // it runs still wakes the wait after it.
+                waiting.mark();
+                let outcome = match std::mem::replace(&mut woken, Woken::Retry) {
+                    Woken::HandedOver { entry, first, rest } => {
+                        acquire::handed_over(services, request, entry, first, rest).await
+                    }
+                    Woken::Retry => {
+                        let gate = gated.then(|| acquire::gate(services)).flatten();
+                        acquire::attempt(services, request, gate).await
+                    }
+                };
+                tracing::Span::current().record("attempts", attempts.made());
+                match outcome {
+                    Err(e) if e.is_retryable() => event = Event::Failed(e),
+                    done => return done.map(|lease| LockGuard::new(lease, Arc::clone(services))),
+                }
+            }
+        }
+    }
+}
+
+/// Runs `wait`, adding the time it took to `waited`.
+async fn timed<T>(waited: &mut Duration, wait: impl std::future::Future<Output = T>) -> T {
+    let pause = Instant::now();
+    let out = wait.await;
+    *waited += pause.elapsed();
+    out
+}
+
+/// A waiting acquire call's places in the waiter queues of its names,
+/// given up when the call ends without the lock: at once when it returns
+/// an error, in the background when its future is dropped.
+struct QueuePlace<'a> {
+    services: &'a Arc<Services>,
+    keys: &'a Arc<KeySet>,
+    /// `None` once given up (or handed to a guard).
+    ticket: Option<&'a Ticket>,
+}
+
+impl QueuePlace<'_> {
+    /// Gives the places up on every node that answers in time.
+    async fn leave(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            release::leave_queues(&self.services.core, self.keys, ticket).await;
+        }
+    }
+}
+
+impl Drop for QueuePlace<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            release::leave_queues_in_background(&self.services.core, self.keys, ticket);
+        }
+    }
+}

@@ -86,7 +86,7 @@
 //!
 //! The uncontended cost is one round trip (step 3), paid on the first call
 //! only: the token is cached, and holds re-entered through
-//! [`HeldLock::reenter`] share it.
+//! [`HeldLock::reenter`](crate::HeldLock::reenter) share it.
 //!
 //! # Why it is safe
 //!
@@ -129,7 +129,7 @@
 //! * An operator deleting or lowering counters, or rewriting the epoch
 //!   marker, can make a token repeat or go down.
 //! * The token does not say the lock is still held: check
-//!   [`HeldLock::is_held`], and let the resource reject stale writes.
+//!   [`HeldLock::is_held`](crate::HeldLock::is_held), and let the resource reject stale writes.
 //! * Counters are validated: a value that is not a whole number below
 //!   2^53 − 1 (exact in the scripts' Lua numbers, with room for the next
 //!   token) is a [`NodeErrorKind::InvalidCounter`](crate::NodeErrorKind::InvalidCounter)

@@ -100,7 +100,7 @@ impl NodeSpec {
 }
 
 /// A node that is a Sentinel-managed master group, for
-/// [`LockConfigBuilder::sentinel_node`]: the lock asks the sentinels for
+/// [`LockConfigBuilder::sentinel_node`](crate::LockConfigBuilder::sentinel_node): the lock asks the sentinels for
 /// the current master at every (re)connection, so it follows failovers.
 ///
 /// A failover is data loss for a lock when the promoted replica missed

@@ -106,6 +106,12 @@ async fn extend_when_keys_are_gone_reports_lost_at_once() {
     let testbed = Testbed::start(3).expect("testbed");
     let lock = common::lock(&testbed);
     let mut guard = lock.try_acquire("vanished").await.expect("acquire");
+    // The acquire decided at the quorum; the third node's write may still
+    // be on its way (a busy machine), and a DEL before it would leave it.
+    common::wait_for("the acquire on every node", Duration::from_secs(10), || {
+        common::values(&testbed, "vanished").iter().all(Option::is_some)
+    })
+    .await;
     // An operator deletes the keys behind the holder's back.
     common::on_every_node(&testbed, &["DEL", "vanished"]);
     match guard.extend(Duration::from_secs(30)).await {

@@ -669,7 +669,9 @@ async fn a_released_or_lost_hold_is_never_reentered() {
     // The acquire decided at the quorum; the third node's write may still
     // be on its way (a busy machine), and a DEL before it would leave it.
     common::wait_for("the acquire on every node", Duration::from_secs(10), || {
-        common::values(&testbed, "vanished").iter().all(Option::is_some)
+        common::values(&testbed, "vanished")
+            .iter()
+            .all(Option::is_some)
     })
     .await;
     common::on_every_node(&testbed, &["DEL", "vanished"]);

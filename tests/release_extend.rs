@@ -109,7 +109,9 @@ async fn extend_when_keys_are_gone_reports_lost_at_once() {
     // The acquire decided at the quorum; the third node's write may still
     // be on its way (a busy machine), and a DEL before it would leave it.
     common::wait_for("the acquire on every node", Duration::from_secs(10), || {
-        common::values(&testbed, "vanished").iter().all(Option::is_some)
+        common::values(&testbed, "vanished")
+            .iter()
+            .all(Option::is_some)
     })
     .await;
     // An operator deletes the keys behind the holder's back.

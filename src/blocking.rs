@@ -223,12 +223,12 @@ impl MultiLock {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use quorumlock::blocking::MultiLock;
-    /// use quorumlock::LockConfig;
+    /// use quorumlock::{LockConfig, Wait};
     ///
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
     /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?)?;
-    /// lock.try_acquire("export")?.release();
+    /// lock.acquire("export", Wait::up_to(Duration::from_secs(2)))?.release();
     /// assert_eq!(lock.settle(Duration::from_secs(2)), 0);
     /// # Ok(())
     /// # }

@@ -167,10 +167,11 @@ impl MultiLock {
     /// # let testbed = quorumlock_testbed::Testbed::start(3)?;
     /// # let nodes = testbed.urls();
     /// use std::time::Duration;
-    /// use quorumlock::{LockConfig, MultiLock};
+    /// use quorumlock::{LockConfig, MultiLock, Wait};
     ///
     /// let lock = MultiLock::new(LockConfig::builder().nodes(nodes).build()?);
-    /// lock.try_acquire("nightly").await?.release().await;
+    /// let wait = Wait::up_to(Duration::from_secs(2));
+    /// lock.acquire("nightly", wait).await?.release().await;
     /// // The last thing before main returns.
     /// let unfinished = lock.settle(Duration::from_secs(2)).await;
     /// assert_eq!(unfinished, 0);

@@ -106,8 +106,8 @@ async fn attempts_until(
     let next = || handoff.then(|| request.entry(services.core.nodes.len()));
     let retry = &services.core.config.retry;
     let queued = request.ticket.is_some();
-    let span = (Instant::now(), budget_end);
-    let mut attempts = Attempts::new(retry, &request.keys, queued, span);
+    let budget = (Instant::now(), budget_end);
+    let mut attempts = Attempts::new(retry, &request.keys, queued, budget);
     let mut event = Event::Start {
         others_wait: services.wake.has_waiters(&request.keys),
     };

@@ -788,13 +788,11 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if !release_in_background(self.held.clone(), "released on drop") {
             // Stop the watchdog at least; the keys expire by their TTL.
             self.held.lease.end(LostReason::Released);
             tracing::debug!(key = %self.held.lease.name, "guard dropped outside a Tokio runtime; keys expire by their TTL");
-            return;
-        };
-        release_in_background(&runtime, self.held.clone(), "released on drop");
+        }
     }
 }
 
@@ -806,27 +804,24 @@ impl Drop for FinishOnDrop {
         let Some(held) = self.0.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                release_in_background(&runtime, held, "release finished in the background")
-            }
-            // Dropped as its runtime shuts down: the keys expire by their TTL.
-            Err(_) => held.lease.end(LostReason::Released),
+        // Dropped as its runtime shuts down: the keys expire by their TTL.
+        if !release_in_background(held.clone(), "release finished in the background") {
+            held.lease.end(LostReason::Released);
         }
     }
 }
 
 /// Ends the lease and releases on every node in a task of its own.
 /// Counted in the lock service's background work
-/// ([`MultiLock::settle`](crate::MultiLock::settle)).
-fn release_in_background(runtime: &tokio::runtime::Handle, held: HeldLock, what: &'static str) {
+/// ([`MultiLock::settle`](crate::MultiLock::settle)). `false`: there is no
+/// runtime to run it on, and nothing was started.
+fn release_in_background(held: HeldLock, what: &'static str) -> bool {
     let HeldLock { lease, services } = held;
-    let tracked = services.core.background.track();
-    runtime.spawn(async move {
-        let _tracked = tracked;
+    let background = Arc::clone(&services.core.background);
+    background.spawn(async move {
         lease.begin_release().await;
         let ttl = lease.key_ttl();
         let report = release::release(&services.core, &services.wake, &lease.entry, ttl).await;
         tracing::debug!(key = %lease.name, released = report.released, "{what}");
-    });
+    })
 }

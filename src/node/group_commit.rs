@@ -24,7 +24,9 @@ use std::sync::atomic::Ordering;
 use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
-use super::{Cutoff, How, NOTHING, Node, fences_and_queues, not_sent_error, queue_id, queues};
+use super::Node;
+use super::calls::{fences_and_queues, queue_id, queues};
+use super::send::{Cutoff, How, NOTHING, not_sent_error};
 use crate::batch::Offer;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Entry;
@@ -255,7 +257,7 @@ impl Node {
             reached: &|| call.mark(self.index),
             ..How::plain()
         };
-        self.eval_uncounted(call.script(), how, |cmd| {
+        self.script(call.script(), how, |cmd| {
             cmd.arg(call.key_count());
             call.keys(cmd);
             call.args(cmd);
@@ -304,7 +306,7 @@ impl Node {
                 .batched
                 .fetch_add(calls.len() as u64, Ordering::Relaxed);
             let reply = self
-                .eval_uncounted(&scripts::BATCH, how, |cmd| {
+                .script(&scripts::BATCH, how, |cmd| {
                     batch_args(cmd, calls);
                     self.voter_args(cmd);
                 })

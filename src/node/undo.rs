@@ -30,7 +30,8 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::{MAX_CONNECT_BACKOFF, MIN_CONNECT_BACKOFF, Node, ReleaseReply};
+use super::connection::{MAX_CONNECT_BACKOFF, MIN_CONNECT_BACKOFF};
+use super::{Node, ReleaseReply};
 use crate::background::{Background, Tracked};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Entry;

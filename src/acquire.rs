@@ -24,10 +24,12 @@ use crate::error::{Error, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound};
 use crate::keys::{Entry, KeySet, Ticket};
 use crate::lease::{Grant, Hold, Lease};
-use crate::node::{AcquireReply, Cutoff};
+use crate::node::Cutoff;
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
 use crate::release;
+use crate::scripts::acquire::Acquire;
+use crate::scripts::acquire::AcquireReply;
 use crate::services::Services;
 use crate::stats::bump;
 use crate::telemetry::{self, Outcome};
@@ -166,7 +168,13 @@ pub(crate) async fn attempt(
     let cutoff = Arc::new(Cutoff::default());
     let acquire = |i: usize| {
         let cutoff = Arc::clone(&cutoff);
-        core.nodes[i].acquire(entry.clone(), ttl_ms, request.waits, lease_ms, cutoff)
+        let call = Acquire {
+            entry: entry.clone(),
+            ttl_ms,
+            waits: request.waits,
+            lease_ms,
+        };
+        core.nodes[i].acquire(call, cutoff)
     };
     if let Some(gate) = gate {
         let reply = tokio::time::timeout(core.config.node_timeout, acquire(gate)).await;

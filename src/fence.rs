@@ -148,8 +148,9 @@ use crate::core::ttl_millis;
 use crate::error::{Error, LostReason, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound, fan_out};
 use crate::lease::Lease;
-use crate::node::{OwnerCheck, Reading};
 use crate::quorum::Decision;
+use crate::scripts::fence::RaiseFence;
+use crate::scripts::reply::{OwnerCheck, Reading};
 use crate::stats::bump;
 use crate::telemetry;
 
@@ -278,7 +279,13 @@ async fn raise(lease: &Lease, token: u64) -> Result<u64, Error> {
     let (end, unfinished) = fan_out(
         n,
         Instant::now() + core.config.node_timeout,
-        |i| core.nodes[i].raise_fence(lease.entry.clone(), token, heal_ms),
+        |i| {
+            core.nodes[i].raise_fence(RaiseFence {
+                entry: lease.entry.clone(),
+                token,
+                heal_ms,
+            })
+        },
         |i, reply| round.record(i, reply, OwnerCheck::vote),
     )
     .await;

@@ -25,6 +25,7 @@ use crate::fence;
 use crate::lease::{Flight, Hold, Lease, LossNotice, Recorded, Renewal, Win};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseReport};
+use crate::scripts::extend::Extend;
 use crate::services::Services;
 use crate::stats::bump;
 use crate::telemetry;
@@ -662,7 +663,12 @@ impl LockGuard {
             core.nodes.len(),
             core.required(),
             core.config.node_timeout,
-            |i| core.nodes[i].extend(lease.entry.clone(), ttl_ms),
+            |i| {
+                core.nodes[i].extend(Extend {
+                    entry: lease.entry.clone(),
+                    ttl_ms,
+                })
+            },
             |reply| reply.vote(),
         )
         .await;

@@ -33,8 +33,8 @@ use crate::clock::Stamp;
 use crate::core::Core;
 use crate::error::{Error, LostReason, NodeReports};
 use crate::keys::Entry;
-use crate::node::Reading;
 use crate::quorum::{self, Vote};
+use crate::scripts::reply::Reading;
 use crate::stats::bump;
 use crate::telemetry;
 

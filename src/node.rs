@@ -27,12 +27,14 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::Client;
+use redis::{Client, Value};
 
 use crate::background::Background;
 use crate::batch::Batcher;
 use crate::config::{Target, display_name};
+use crate::error::{NodeError, NodeErrorKind};
 use crate::health::Health;
+use crate::scripts::reply::{BadReply, MAX_COUNTER};
 use crate::server_ids::ServerIds;
 use crate::stats::NodeCounters;
 
@@ -40,16 +42,13 @@ mod calls;
 mod connection;
 mod group_commit;
 mod in_flight;
-mod replies;
 mod send;
 mod undo;
 mod vote;
 
-pub(crate) use calls::{RENEW_CHUNK, RenewItem};
 use connection::Slot;
 use group_commit::Pending;
 use in_flight::{Drain, Watch};
-pub(crate) use replies::{AcquireReply, OwnerCheck, Reading, ReleaseReply, RenewReply};
 pub(crate) use send::Cutoff;
 pub(crate) use undo::Undo;
 
@@ -187,5 +186,25 @@ impl Node {
     /// subscriber); `None` for a Sentinel group, whose server moves.
     pub(crate) fn client(&self) -> Option<&Client> {
         self.target.direct()
+    }
+
+    /// The error of a reply its script cannot have given, naming the node.
+    pub(crate) fn bad(&self, reply: BadReply) -> NodeError {
+        match reply {
+            BadReply::Unexpected(reply) => self.unexpected(reply),
+            BadReply::Counter(shown) => NodeError::new(
+                &self.name,
+                NodeErrorKind::InvalidCounter,
+                format!("fencing counter {shown} is not a whole number in 0..={MAX_COUNTER}"),
+            ),
+        }
+    }
+
+    pub(super) fn unexpected(&self, reply: Value) -> NodeError {
+        NodeError::new(
+            &self.name,
+            NodeErrorKind::UnexpectedReply,
+            format!("{reply:?}"),
+        )
     }
 }

@@ -30,7 +30,10 @@ use crate::core::Core;
 use crate::error::NodeError;
 use crate::fanout::{End, fan_out, fan_out_announcing};
 use crate::keys::{Entry, KeySet, Ticket};
-use crate::node::{AcquireReply, Readiness, ReleaseReply};
+use crate::node::Readiness;
+use crate::scripts::acquire::AcquireReply;
+use crate::scripts::handoff::Handoff as HandoffCall;
+use crate::scripts::release::ReleaseReply;
 use crate::stats::bump;
 use crate::wake::{Handoff, HandoffEvent, Wake};
 
@@ -203,7 +206,13 @@ async fn release_handing_over(
     let (end, unfinished) = fan_out(
         n,
         Instant::now() + core.config.node_timeout,
-        |i| core.nodes[i].handoff(entry.clone(), next.entry.clone(), ttl_ms),
+        |i| {
+            core.nodes[i].handoff(HandoffCall {
+                from: entry.clone(),
+                to: next.entry.clone(),
+                ttl_ms,
+            })
+        },
         |i, reply| {
             let (released, acquired) = match reply {
                 Ok((released, acquired)) => (Ok(released), acquired),

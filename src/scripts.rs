@@ -5,8 +5,29 @@
 //! Every script that casts a vote starts with `scripts/epoch.lua`: the
 //! node's epoch check, in the same call as the vote (see
 //! [`crate::node`] for what a young node's answer means).
+//!
+//! One module per script, beside its `.lua`: the script's text, the call
+//! (a type that writes its own keys and arguments, see [`Call`]) and its
+//! reply (a type that parses and checks itself). The node runs a call
+//! without knowing its layout; [`text`] is what the tests include to know
+//! the scripts as they are sent.
 
-use std::sync::LazyLock;
+use redis::{Cmd, ToRedisArgs};
+
+use crate::keys::{Entry, KeySet};
+
+pub(crate) mod acquire;
+pub(crate) mod adopt;
+pub(crate) mod batch;
+pub(crate) mod extend;
+pub(crate) mod fence;
+pub(crate) mod force_release;
+pub(crate) mod handoff;
+pub(crate) mod read_fences;
+pub(crate) mod release;
+pub(crate) mod renew;
+pub(crate) mod reply;
+mod text;
 
 /// A Lua script with its SHA1, sent by `EVALSHA` with an `EVAL` fallback.
 ///
@@ -53,105 +74,112 @@ impl Script {
     }
 }
 
-/// `SET NX PX` for every key of a guard at once, all or nothing, plus:
-/// re-entry by the same owner adds a hold, a foreign holder's PTTL is
-/// returned, and each key's fencing counter is read.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/acquire.lua")
-    ))
-});
-/// Compare-and-delete of one hold; the key goes with its last hold, and the
-/// node announces that it is free.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/release.lua")
-    ))
-});
-/// Group commit: the acquires and releases queued for one node, in one
-/// call and in their order (`scripts/batch.lua`). Each runs its own
-/// script's body; the epoch check runs once for the batch.
-pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/queue.lua"),
-        "local function quorumlock_acquire(KEYS, ARGV)\n",
-        include_str!("scripts/acquire.lua"),
-        "end\nlocal function quorumlock_release(KEYS, ARGV)\n",
-        include_str!("scripts/release.lua"),
-        "end\n",
-        include_str!("scripts/batch.lua")
-    ))
-});
-/// An operator's release of a name, whatever its owner.
-pub(crate) static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/force_release.lua")));
-/// Compare-and-expire.
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/extend.lua")
-    ))
-});
-/// The watchdog's renewal of a group of locks: compare-and-expire, or
-/// re-take when absent.
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/renew.lua")
-    ))
-});
+/// A call of one script: what it sends, written in one place (the
+/// script's module). The node puts `numkeys` first, counted from what
+/// [`keys`](Call::keys) writes, and a vote's settled epoch marker and
+/// quarantine last (`epoch.lua`).
+pub(crate) trait Call {
+    /// The script it runs.
+    fn script(&self) -> &'static Script;
+    /// Whether it casts a vote: its script starts with `epoch.lua` and
+    /// takes the node's marker and quarantine as its last two arguments.
+    fn votes(&self) -> bool;
+    /// Its `KEYS`, in the order its `.lua` header lists them.
+    fn keys(&self, out: &mut Args<'_>);
+    /// Its `ARGV`, in its header's order (a vote's last two excepted).
+    fn args(&self, out: &mut Args<'_>);
+}
 
-/// Raises the fencing counters to a token while the keys are ours.
-pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/fence.lua")
-    ))
-});
+/// Where a call writes its keys or arguments: a command, or only a count,
+/// so that a count is always of what is written.
+pub(crate) struct Args<'a> {
+    cmd: Option<&'a mut Cmd>,
+    count: usize,
+}
 
-/// Release one hold and take the freed lock for the next waiter.
-pub(crate) static HANDOFF: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/handoff.lua")
-    ))
-});
+impl Args<'_> {
+    /// One argument (or as many as it expands to).
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.count += arg.num_of_args();
+        if let Some(cmd) = &mut self.cmd {
+            cmd.arg(arg);
+        }
+        self
+    }
 
-/// Reads fencing counters, with the epoch check.
-pub(crate) static READ_FENCES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/epoch.lua"),
-        include_str!("scripts/read_fences.lua")
-    ))
-});
+    /// Each item of `items`, one argument each.
+    pub(crate) fn each<T: ToRedisArgs>(&mut self, items: &[T]) -> &mut Self {
+        for item in items {
+            self.arg(item);
+        }
+        self
+    }
 
-/// The epoch check run once per connection, before any vote.
-pub(crate) static EPOCH_CHECK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/epoch_check.lua")));
+    /// The lock keys of `keys`.
+    pub(crate) fn names(&mut self, keys: &KeySet) -> &mut Self {
+        for name in keys.names() {
+            self.arg(&**name);
+        }
+        self
+    }
+}
 
-/// Adopts a brand-new, empty node: its epoch starts at once.
-pub(crate) static ADOPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/adopt.lua")));
+/// Appends `call`'s `numkeys`, keys and arguments to `cmd` (everything
+/// after the script reference but a vote's last two arguments).
+pub(crate) fn write(call: &(impl Call + ?Sized), cmd: &mut Cmd) {
+    let (keys, _) = counts(call);
+    cmd.arg(keys);
+    let mut out = Args {
+        cmd: Some(cmd),
+        count: 0,
+    };
+    call.keys(&mut out);
+    call.args(&mut out);
+}
+
+/// How many keys and arguments `call` writes.
+pub(crate) fn counts(call: &(impl Call + ?Sized)) -> (usize, usize) {
+    let mut keys = Args {
+        cmd: None,
+        count: 0,
+    };
+    call.keys(&mut keys);
+    let mut args = Args {
+        cmd: None,
+        count: 0,
+    };
+    call.args(&mut args);
+    (keys.count, args.count)
+}
+
+/// The queue id whose places a script gives up: the entry's ticket's when
+/// `leave`, else none ('').
+fn queue_id(entry: &Entry, leave: bool) -> &str {
+    match &entry.ticket {
+        Some(ticket) if leave => &ticket.id,
+        _ => "",
+    }
+}
+
+/// The epoch check run once per connection, before any vote (its one
+/// caller, `crate::epoch`, writes its arguments).
+pub(crate) static EPOCH_CHECK: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(text::EPOCH_CHECK));
 
 /// Every script, loaded on each new connection.
 pub(crate) fn all() -> [&'static Script; 11] {
     [
-        &ACQUIRE,
-        &RELEASE,
-        &BATCH,
-        &FORCE_RELEASE,
-        &EXTEND,
-        &RENEW,
-        &FENCE,
-        &HANDOFF,
-        &READ_FENCES,
+        &acquire::SCRIPT,
+        &release::SCRIPT,
+        &batch::SCRIPT,
+        &force_release::SCRIPT,
+        &extend::SCRIPT,
+        &renew::SCRIPT,
+        &fence::SCRIPT,
+        &handoff::SCRIPT,
+        &read_fences::SCRIPT,
         &EPOCH_CHECK,
-        &ADOPT,
+        &adopt::SCRIPT,
     ]
 }
 
@@ -166,8 +194,8 @@ mod tests {
             Script::new("return 1").sha(false),
             "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
         );
-        assert_ne!(ACQUIRE.sha(false), RELEASE.sha(false));
-        assert_ne!(ACQUIRE.sha(false), ACQUIRE.sha(true));
-        assert!(ACQUIRE.body(true).starts_with("#!lua\n"));
+        assert_ne!(acquire::SCRIPT.sha(false), release::SCRIPT.sha(false));
+        assert_ne!(acquire::SCRIPT.sha(false), acquire::SCRIPT.sha(true));
+        assert!(acquire::SCRIPT.body(true).starts_with("#!lua\n"));
     }
 }

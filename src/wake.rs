@@ -76,8 +76,8 @@ use crate::clock::Stamp;
 use crate::error::NodeError;
 use crate::fanout::End;
 use crate::keys::{Entry, KeySet, Ticket, release_channel, turn_channel};
-use crate::node::AcquireReply;
 use crate::node::Node;
+use crate::scripts::acquire::AcquireReply;
 use crate::stats::Counters;
 
 mod handoff;

@@ -111,8 +111,8 @@ use crate::core::{Core, ttl_millis};
 use crate::error::{LostReason, NodeError};
 use crate::fanout::{End, fan_out};
 use crate::lease::{Flight, Hold, Lease, Recorded, RenewalClaim, Win};
-use crate::node::{RENEW_CHUNK, RenewItem, RenewReply};
 use crate::quorum::{Decision, Tally, Vote};
+use crate::scripts::renew::{RENEW_CHUNK, RenewItem, RenewReply};
 use crate::stats::bump;
 use crate::telemetry;
 

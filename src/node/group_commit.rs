@@ -21,135 +21,37 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use redis::{Cmd, Value};
+use redis::Value;
 use tokio::sync::oneshot;
 
 use super::Node;
-use super::calls::{fences_and_queues, queue_id, queues};
 use super::send::{Cutoff, How, NOTHING, not_sent_error};
 use crate::batch::Offer;
 use crate::error::{NodeError, NodeErrorKind};
-use crate::keys::Entry;
-use crate::scripts::{self, Script};
+use crate::scripts::Call;
+use crate::scripts::batch::{Batch, Member};
 use crate::stats::bump;
 
-/// A call that goes through a node's group commit.
-pub(super) enum Batched {
-    /// The acquire script (`scripts/acquire.lua`).
-    Acquire {
-        entry: Entry,
-        ttl_ms: u64,
-        waits: bool,
-        lease_ms: u64,
-    },
-    /// The release script (`scripts/release.lua`).
-    Release { entry: Entry, leave: bool },
-}
-
-impl Batched {
-    fn votes(&self) -> bool {
-        matches!(self, Batched::Acquire { .. })
-    }
-
+/// What the node does with a call of its group commit beyond sending it
+/// (its layout is its script's: [`crate::scripts::batch`]).
+impl Member {
     /// Whether it undoes a write: never skipped, sent however silent the
     /// node (see [`super::undo`]).
     fn undoes(&self) -> bool {
-        matches!(self, Batched::Release { .. })
+        matches!(self, Member::Release(_))
     }
 
     /// Marks node `index` reached by its entry if it writes one.
     fn mark(&self, index: usize) {
-        if let Batched::Acquire { entry, .. } = self {
-            entry.reached.mark(index);
+        if let Member::Acquire(acquire) = self {
+            acquire.entry.reached.mark(index);
         }
-    }
-
-    /// Its script, when it goes alone.
-    fn script(&self) -> &'static Script {
-        match self {
-            Batched::Acquire { .. } => &scripts::ACQUIRE,
-            Batched::Release { .. } => &scripts::RELEASE,
-        }
-    }
-
-    fn key_count(&self) -> usize {
-        match self {
-            Batched::Acquire { entry, .. } => 4 * entry.keys.len(),
-            Batched::Release { entry, .. } => 3 * entry.keys.len(),
-        }
-    }
-
-    /// Its keys: the lock keys, then (acquire) their fencing counters,
-    /// then their waiter queues and the queues' leases.
-    fn keys(&self, cmd: &mut Cmd) {
-        match self {
-            Batched::Acquire { entry, .. } => fences_and_queues(cmd, &entry.keys),
-            Batched::Release { entry, .. } => queues(cmd, &entry.keys),
-        }
-    }
-
-    /// How many arguments [`args`](Self::args) writes (for the batch's
-    /// header).
-    fn arg_count(&self) -> usize {
-        match self {
-            Batched::Acquire { .. } => 7,
-            Batched::Release { .. } => 3,
-        }
-    }
-
-    /// Its arguments, but for a vote's last two ([`Node::voter_args`]).
-    fn args(&self, cmd: &mut Cmd) {
-        match self {
-            Batched::Acquire {
-                entry,
-                ttl_ms,
-                waits,
-                lease_ms,
-            } => {
-                cmd.arg(&*entry.token).arg(&*entry.id).arg(ttl_ms);
-                cmd.arg(if *waits { "1" } else { "0" });
-                match &entry.ticket {
-                    Some(ticket) => cmd.arg(&*ticket.id).arg(ticket.score),
-                    None => cmd.arg("").arg(0),
-                };
-                cmd.arg(lease_ms);
-            }
-            Batched::Release { entry, leave } => {
-                cmd.arg(&*entry.token).arg(&*entry.id);
-                cmd.arg(queue_id(entry, *leave));
-            }
-        }
-    }
-
-    /// Its header in a batch (`scripts/batch.lua`): script, keys, arguments.
-    fn header(&self) -> String {
-        let script = match self {
-            Batched::Acquire { .. } => 'a',
-            Batched::Release { .. } => 'r',
-        };
-        format!("{script}{} {}", self.key_count(), self.arg_count())
-    }
-}
-
-/// `numkeys`, every call's keys, then the batch's arguments
-/// (`scripts/batch.lua`), but for the vote's last two.
-fn batch_args(cmd: &mut Cmd, calls: &[Batched]) {
-    cmd.arg(calls.iter().map(Batched::key_count).sum::<usize>());
-    for call in calls {
-        call.keys(cmd);
-    }
-    cmd.arg(calls.len());
-    for call in calls {
-        cmd.arg(call.header());
-    }
-    for call in calls {
-        call.args(cmd);
     }
 }
 
 /// A call queued for the node's next batch, and where its reply goes.
 pub(super) struct Pending {
-    call: Batched,
+    call: Member,
     cutoff: Option<Arc<Cutoff>>,
     reply: oneshot::Sender<Result<Value, NodeError>>,
 }
@@ -192,7 +94,7 @@ impl Node {
     /// waiting; a release always is.
     pub(super) async fn batched(
         self: &Arc<Self>,
-        call: Batched,
+        call: Member,
         cutoff: Option<Arc<Cutoff>>,
     ) -> Result<Value, NodeError> {
         let votes = call.votes();
@@ -248,7 +150,7 @@ impl Node {
     /// One call on its own, with its own script.
     async fn send_one(
         self: &Arc<Self>,
-        call: &Batched,
+        call: &Member,
         cutoff: Option<&Cutoff>,
     ) -> Result<Value, NodeError> {
         let how = How {
@@ -257,15 +159,7 @@ impl Node {
             reached: &|| call.mark(self.index),
             ..How::plain()
         };
-        self.script(call.script(), how, |cmd| {
-            cmd.arg(call.key_count());
-            call.keys(cmd);
-            call.args(cmd);
-            if call.votes() {
-                self.voter_args(cmd);
-            }
-        })
-        .await
+        self.script(call, how).await
     }
 
     /// Sends the calls of a batch, each acquire unless its caller stopped
@@ -293,7 +187,7 @@ impl Node {
         }
         let calls = &calls;
         let how = How {
-            undo: calls.iter().any(Batched::undoes),
+            undo: calls.iter().any(Member::undoes),
             reached: NOTHING,
             ..How::plain()
         };
@@ -305,22 +199,13 @@ impl Node {
             self.counters
                 .batched
                 .fetch_add(calls.len() as u64, Ordering::Relaxed);
-            let reply = self
-                .script(&scripts::BATCH, how, |cmd| {
-                    batch_args(cmd, calls);
-                    self.voter_args(cmd);
-                })
-                .await?;
-            match reply {
-                Value::Array(items) if items.len() == calls.len() => Ok(items
-                    .into_iter()
-                    .map(|item| match item {
-                        Value::ServerError(e) => Err(self.error(&e.into())),
-                        item => Ok(item),
-                    })
-                    .collect()),
-                other => Err(self.unexpected(other)),
-            }
+            let batch = Batch(calls);
+            let reply = self.script(&batch, how).await?;
+            let replies = batch.parse(reply).map_err(|e| self.bad(e))?;
+            Ok(replies
+                .into_iter()
+                .map(|reply| reply.map_err(|e| self.error(&e.into())))
+                .collect())
         };
         let nobody_waits =
             futures::future::join_all(replies.iter_mut().map(oneshot::Sender::closed));
@@ -368,39 +253,5 @@ impl Node {
             }
             turn.done();
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::keys::{KeySet, Ticket};
-
-    #[test]
-    fn a_batch_header_counts_what_each_call_writes() {
-        let keys = KeySet::new(&["a", "b"]).expect("valid names");
-        let mut entry = Entry::new(keys, Arc::from("token"), 1);
-        entry.ticket = Some(Ticket {
-            id: Arc::from("service.call"),
-            score: 1,
-        });
-        let calls = [
-            Batched::Acquire {
-                entry: entry.clone(),
-                ttl_ms: 1000,
-                waits: true,
-                lease_ms: 2000,
-            },
-            Batched::Release { entry, leave: true },
-        ];
-        for call in &calls {
-            let (mut keys, mut args) = (redis::cmd("X"), redis::cmd("X"));
-            call.keys(&mut keys);
-            call.args(&mut args);
-            assert_eq!(keys.args_iter().count() - 1, call.key_count());
-            assert_eq!(args.args_iter().count() - 1, call.arg_count());
-        }
-        assert_eq!(calls[0].header(), "a8 7");
-        assert_eq!(calls[1].header(), "r6 3");
     }
 }

@@ -17,7 +17,7 @@ use super::connection::Slot;
 use super::in_flight::{InFlight, Liveness};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::health::NodeState;
-use crate::scripts::Script;
+use crate::scripts::{self, Call};
 use crate::stats::bump;
 use crate::telemetry;
 
@@ -64,9 +64,10 @@ impl Node {
             .map(|silent_for| self.error(&silent_error(silent_for)))
     }
 
-    /// Runs `script` on the node as `how` says, and returns its reply
-    /// (a failure is not counted: see
-    /// [`count_failure`](Self::count_failure)).
+    /// Runs `call` on the node as `how` says, and returns its reply (a
+    /// failure is not counted: see
+    /// [`count_failure`](Self::count_failure)). A vote carries the node's
+    /// settled marker and quarantine last.
     ///
     /// `EVALSHA`, then `EVAL` (which also caches the script) if the server
     /// lost its script cache (restart, `SCRIPT FLUSH`); the fallback is
@@ -76,19 +77,19 @@ impl Node {
     /// is replaced and the call sent once more if `how` allows: that cannot
     /// reorder anything, since a closed socket runs no further commands on
     /// the server and each script is idempotent for one entry (entry id).
-    ///
-    /// `args` appends everything after the script reference (`numkeys`,
-    /// keys, arguments).
     pub(super) async fn script(
         self: &Arc<Self>,
-        script: &Script,
+        call: &(impl Call + ?Sized),
         how: How<'_>,
-        args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
+        let script = call.script();
         let command = |verb: &str, script_ref: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(script_ref);
-            args(&mut cmd);
+            scripts::write(call, &mut cmd);
+            if call.votes() {
+                self.voter_args(&mut cmd);
+            }
             cmd
         };
         let mut reconnected = false;

@@ -30,11 +30,12 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+use super::Node;
 use super::connection::{MAX_CONNECT_BACKOFF, MIN_CONNECT_BACKOFF};
-use super::{Node, ReleaseReply};
 use crate::background::{Background, Tracked};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Entry;
+use crate::scripts::release::ReleaseReply;
 
 /// A future that runs to its end: dropped unfinished, it goes on in a task
 /// of its own (with no Tokio runtime left to run it, it ends there).

@@ -12,7 +12,7 @@ use super::Node;
 use super::send::How;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::health::NodeState;
-use crate::scripts::Script;
+use crate::scripts::Call;
 use crate::stats::bump;
 use crate::telemetry;
 
@@ -30,35 +30,28 @@ impl Node {
     /// before it goes out ([`Reached`](crate::keys::Reached)).
     pub(super) async fn voting(
         self: &Arc<Self>,
-        script: &Script,
+        call: &impl Call,
         reached: &(dyn Fn() + Sync),
-        args: impl Fn(&mut Cmd),
     ) -> Result<Value, NodeError> {
         let how = How {
             reached,
             ..How::plain()
         };
-        match self.vote(script, how, args).await? {
+        match self.vote(call, how).await? {
             (Some(left), _) => Err(self.quarantined(left)),
             (None, reply) => Ok(reply),
         }
     }
 
-    /// Runs a vote script with the quarantine as its last argument and
-    /// unwraps a young node's answer: `(Some(time left), reply)`.
+    /// Runs a vote script (its marker and quarantine last) and unwraps a
+    /// young node's answer: `(Some(time left), reply)`.
     pub(super) async fn vote(
         self: &Arc<Self>,
-        script: &Script,
+        call: &impl Call,
         how: How<'_>,
-        args: impl Fn(&mut Cmd),
     ) -> Result<(Option<Duration>, Value), NodeError> {
         self.may_vote().await?;
-        let result = self
-            .script(script, how, |cmd| {
-                args(cmd);
-                self.voter_args(cmd);
-            })
-            .await;
+        let result = self.script(call, how).await;
         self.count_failure(&result, how.cutoff);
         let reply = result?;
         let (young, reply) = self.unwrap_vote(reply)?;

@@ -380,12 +380,7 @@ fn refusal(
     if tally.decision() == Decision::Won {
         bump(&core.counters.validity_used_up);
         telemetry::attempt(Outcome::ValidityUsedUp, round.elapsed);
-        return Error::ValidityUsedUp {
-            key,
-            elapsed: round.elapsed,
-            validity,
-            min_validity: core.config.min_validity,
-        };
+        return round.validity_used_up(key, validity, core.config.min_validity);
     }
     let nodes = core.reports(&mut round.replies, round.end);
     if tally.lost_to_contention() {
@@ -414,10 +409,5 @@ fn refusal(
     );
     bump(&core.counters.quorum_not_reached);
     telemetry::attempt(Outcome::QuorumNotReached, round.elapsed);
-    Error::QuorumNotReached {
-        key,
-        required: tally.required(),
-        won: tally.won(),
-        nodes,
-    }
+    round.quorum_not_reached(key, nodes)
 }

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::clock::Stamp;
-use crate::error::NodeError;
+use crate::error::{Error, NodeError, NodeReports};
 use crate::quorum::{self, Decision, Tally, Vote};
 
 /// How a fan-out ended.
@@ -305,5 +305,37 @@ impl<T> QuorumRound<T> {
     /// Whether the round won its quorum with more than `min` validity left.
     pub(crate) fn won_with(&self, ttl: Duration, drift_factor: f64, min: Duration) -> bool {
         self.tally.decision() == Decision::Won && self.validity(ttl, drift_factor).0 > min
+    }
+
+    // The two refusals an acquire and an extend share, built here so that
+    // both report the same fields of the same round the same way. Which one
+    // applies, and what is counted for it, stays with the caller: an
+    // acquire also tells contention apart, an extend may lose the guard.
+
+    /// The refusal of a round that won its quorum too late: `validity`
+    /// (what was left when it ended) is not more than `min_validity`.
+    pub(crate) fn validity_used_up(
+        &self,
+        key: String,
+        validity: Duration,
+        min_validity: Duration,
+    ) -> Error {
+        Error::ValidityUsedUp {
+            key,
+            elapsed: self.elapsed,
+            validity,
+            min_validity,
+        }
+    }
+
+    /// The refusal of a round that did not win its quorum, with each node's
+    /// outcome.
+    pub(crate) fn quorum_not_reached(&self, key: String, nodes: NodeReports) -> Error {
+        Error::QuorumNotReached {
+            key,
+            required: self.tally.required(),
+            won: self.tally.won(),
+            nodes,
+        }
     }
 }

@@ -703,19 +703,10 @@ impl LockGuard {
             return Err(lease.ended_error());
         }
         if tally.decision() == crate::quorum::Decision::Won {
-            return Err(Error::ValidityUsedUp {
-                key: lease.name.to_string(),
-                elapsed: quorum.elapsed,
-                validity,
-                min_validity: config.min_validity,
-            });
+            let key = lease.name.to_string();
+            return Err(quorum.validity_used_up(key, validity, config.min_validity));
         }
-        Err(Error::QuorumNotReached {
-            key: lease.name.to_string(),
-            required: tally.required(),
-            won: tally.won(),
-            nodes,
-        })
+        Err(quorum.quorum_not_reached(lease.name.to_string(), nodes))
     }
 
     /// Stops the watchdog, deletes our key on every node (owner-checked: a

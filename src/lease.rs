@@ -745,6 +745,9 @@ impl fmt::Debug for Lease {
 }
 
 #[cfg(test)]
+mod tests;
+
+#[cfg(test)]
 impl Lease {
     /// The renewal schedule, for the watchdog's unit tests.
     pub(crate) fn next_renewal(&self) -> Option<Stamp> {

@@ -527,7 +527,8 @@ impl GroupRound {
                 None
             }
         };
-        for (j, lease_votes) in self.votes.iter_mut().enumerate() {
+        for j in 0..self.votes.len() {
+            let lease_votes = &mut self.votes[j];
             let vote = match replies.as_ref().and_then(|r| r.get(j)) {
                 Some(RenewReply::Renewed) => Vote::Won,
                 Some(RenewReply::Healed) => {
@@ -543,16 +544,7 @@ impl GroupRound {
             if !lease_votes.decided && lease_votes.tally.decision() != Decision::Pending {
                 lease_votes.decided = true;
                 self.undecided -= 1;
-                let (lease, ttl) = &self.leases[j];
-                let verdict = Verdict {
-                    start: self.start,
-                    ttl: *ttl,
-                    votes: lease_votes,
-                    errors: &self.errors,
-                    jitter_unit: self.jitter_unit,
-                    at_end: false,
-                };
-                verdict.apply(&self.core, lease);
+                self.apply_verdict(j, false);
             }
         }
         self.undecided == 0
@@ -569,17 +561,9 @@ impl GroupRound {
                 }
             }
         }
-        for ((lease, ttl), lease_votes) in self.leases.iter().zip(&self.votes) {
+        for (j, ((lease, _), lease_votes)) in self.leases.iter().zip(&self.votes).enumerate() {
             if !lease_votes.decided {
-                let verdict = Verdict {
-                    start: self.start,
-                    ttl: *ttl,
-                    votes: lease_votes,
-                    errors: &self.errors,
-                    jitter_unit: self.jitter_unit,
-                    at_end: true,
-                };
-                verdict.apply(&self.core, lease);
+                self.apply_verdict(j, true);
             } else if lease_votes.tally.decision() == Decision::Won {
                 lease.record_late_replies(
                     self.start,
@@ -590,6 +574,21 @@ impl GroupRound {
             }
             lease.unclaim(flight);
         }
+    }
+
+    /// Applies lease `j`'s verdict, from its votes so far; `at_end` says the
+    /// round ended before they decided it.
+    fn apply_verdict(&self, j: usize, at_end: bool) {
+        let (lease, ttl) = &self.leases[j];
+        let verdict = Verdict {
+            start: self.start,
+            ttl: *ttl,
+            votes: &self.votes[j],
+            errors: &self.errors,
+            jitter_unit: self.jitter_unit,
+            at_end,
+        };
+        verdict.apply(&self.core, lease);
     }
 }
 

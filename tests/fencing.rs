@@ -234,7 +234,10 @@ async fn tokens_strictly_increase_over_thousands_of_contended_acquisitions_with_
     // loses its data: every lock it took part in has expired by the time
     // it is back.
     let down_for = ttl + Duration::from_millis(200);
-    let bound = Duration::from_secs(35);
+    // A bound, not a speed target: an idle machine reaches the target in
+    // about 10 s; two CPU hogs and a parallel build made it 1,917 writes
+    // in 35 s once.
+    let bound = Duration::from_secs(120);
 
     let testbed = Testbed::start(NODES).expect("testbed");
     let resource_server = Testbed::start(1).expect("resource server");
@@ -462,7 +465,7 @@ async fn released_holds_have_no_token_and_reentries_share_one() {
     let testbed = Testbed::start(3).expect("testbed");
     let lock = common::connected(common::lock(&testbed)).await;
 
-    let outer = lock.try_acquire(NAME).await.expect("free");
+    let outer = common::take_free(&lock, NAME).await;
     let inner = outer.reenter().await.expect("first re-entry");
     let nested = inner.reenter().await.expect("re-entry of the re-entry");
     // The innermost asks first; the others get the same token.
@@ -548,7 +551,7 @@ async fn a_raise_re_takes_absent_keys_and_leaves_other_owners_alone() {
     let every_node = common::every_node_lock(&testbed).await;
 
     // Two of the three keys gone: only one node would confirm otherwise.
-    let guard = every_node.try_acquire("ledger").await.expect("free");
+    let guard = common::take_free(&every_node, "ledger").await;
     let token = {
         for node in &nodes[..2] {
             delete_on(node, "ledger");

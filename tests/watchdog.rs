@@ -22,7 +22,7 @@ fn watched(ttl: Duration) -> impl FnOnce(LockConfigBuilder) -> LockConfigBuilder
 async fn holding(n: usize, ttl: Duration) -> (Testbed, MultiLock, LockGuard) {
     let testbed = Testbed::start(n).expect("testbed");
     let lock = common::connected(common::lock_with(&testbed, watched(ttl))).await;
-    let guard = lock.try_acquire("job").await.expect("free");
+    let guard = common::take_free(&lock, "job").await;
     (testbed, lock, guard)
 }
 
@@ -49,7 +49,7 @@ async fn holder_keeps_the_lock_for_three_ttls_and_a_contender_never_wins() {
     }))
     .await;
 
-    let guard = lock.try_acquire("job").await.expect("free");
+    let guard = common::take_free(&lock, "job").await;
     assert!(guard.is_watched());
     let acquired = Stamp::now();
     let mut attempts = 0u32;
@@ -297,7 +297,7 @@ async fn run_exclusive_releases_when_the_work_panics_or_fails() {
         .await;
     assert_eq!(failed.expect("lock held throughout"), Err("work error"));
     assert!(common::values(&testbed, "job").iter().all(Option::is_none));
-    lock.try_acquire("job").await.expect("free").release().await;
+    common::take_free(&lock, "job").await.release().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,9 +336,9 @@ async fn release_during_a_renewal_in_flight_leaves_no_key() {
     let ttl = Duration::from_secs(3);
     let mut testbed = common::start_recording(5);
     let lock = common::connected(common::lock_with(&testbed, watched(ttl))).await;
-    let guard = lock.try_acquire("job").await.expect("free");
+    let guard = common::take_free(&lock, "job").await;
     // A second guard whose renewals show the first one's would have been due.
-    let witness = lock.try_acquire("witness").await.expect("free");
+    let witness = common::take_free(&lock, "witness").await;
     common::wait_for("5 of 5 held", renewals_bound(ttl), || {
         guard.nodes().all(|(_, h)| h == Hold::Held)
     })
@@ -414,7 +414,7 @@ async fn a_guard_without_the_watchdog_is_signalled_before_its_deadline() {
         b.ttl(ttl).node_timeout(ttl / 10)
     }))
     .await;
-    let guard = lock.try_acquire("job").await.expect("free");
+    let guard = common::take_free(&lock, "job").await;
     assert!(!guard.is_watched());
     let token = guard.cancellation_token();
     let notice = tokio::time::timeout(ttl * 2, token.cancelled())

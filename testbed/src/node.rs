@@ -283,8 +283,13 @@ impl RedisNode {
                 .build()
                 .map_err(|e| e.to_string())?;
             runtime.block_on(async move {
+                // Generous timeouts: set-up is no test of speed, and a
+                // loaded machine stretched the defaults (a 50 ms node
+                // timeout) past a fresh server's first replies.
                 let config = quorumlock::LockConfig::builder()
                     .node(url)
+                    .connect_timeout(Duration::from_secs(10))
+                    .node_timeout(Duration::from_secs(3))
                     .build()
                     .map_err(|e| e.to_string())?;
                 let lock = quorumlock::MultiLock::new(config);

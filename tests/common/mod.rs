@@ -340,6 +340,17 @@ pub async fn wait_for(what: &str, bound: Duration, mut condition: impl FnMut() -
 }
 
 /// A lock that is connected to every running node before it is returned.
+/// Takes a name nobody holds. An acquire with a short wait, not a single
+/// attempt: a test of timing sets a short node timeout, which a loaded
+/// machine can stretch on one attempt (refused and rolled back, the next
+/// one takes the name).
+#[allow(dead_code)]
+pub async fn take_free(lock: &MultiLock, name: &str) -> quorumlock::LockGuard {
+    lock.acquire(name, quorumlock::Wait::up_to(Duration::from_secs(10)))
+        .await
+        .unwrap_or_else(|e| panic!("{name} is free: {e}"))
+}
+
 pub async fn connected(lock: MultiLock) -> MultiLock {
     let results = lock.warm_up().await;
     assert!(results.iter().all(Result::is_ok), "warm-up: {results:?}");

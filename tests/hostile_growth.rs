@@ -63,8 +63,12 @@ async fn five_thousand_cycles_per_misbehaviour_leave_nothing_growing() {
             tasks_after <= tasks_before + 8,
             "{misbehaviour:?}: tasks grew"
         );
+        // No storm of connects: after a failed connect the next waits 25 ms,
+        // doubling to 1 s (`node/connection.rs`), so a node that fails every
+        // connect gets 7 in its first 1.6 s and one a second after that,
+        // whatever the cycles do. The warm-up may end anywhere in that ramp.
         assert!(
-            connections as f64 <= took.as_secs_f64() + 4.0,
+            connections as f64 <= took.as_secs_f64() + 8.0,
             "{misbehaviour:?}: {connections} connections"
         );
         drop(lock);

@@ -15,6 +15,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 
+use crate::keys::EPOCH_KEY;
 use crate::scripts;
 
 /// What `INFO server` and `INFO replication` say about a server's history.
@@ -107,7 +108,8 @@ pub(crate) async fn check_epoch(
     let backdate = u64::try_from(history.complete_for.as_millis()).unwrap_or(u64::MAX);
     let _: Value = redis::cmd("EVAL")
         .arg(scripts::EPOCH_CHECK.body(flagged))
-        .arg(0)
+        .arg(1)
+        .arg(EPOCH_KEY)
         .arg(history.identity())
         .arg(backdate)
         .arg(u8::from(durable))

@@ -3,8 +3,8 @@
 //! release channel).
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
 
@@ -18,6 +18,16 @@ pub(crate) const RESERVED_PREFIX: &str = "quorumlock:";
 pub(crate) fn fence_key(name: &str) -> String {
     format!("{RESERVED_PREFIX}fence:{name}")
 }
+
+/// The marker an operator's release leaves on a node (`quorumlock:forced:`
+/// and the name): no renewal or fencing raise re-takes the name there
+/// while it lives (`scripts/force_release.lua`).
+pub(crate) fn forced_key(name: &str) -> String {
+    format!("{RESERVED_PREFIX}forced:{name}")
+}
+
+/// Every node's epoch marker (`scripts/epoch.lua`).
+pub(crate) const EPOCH_KEY: &str = "quorumlock:epoch";
 
 /// The waiter queue of `name` (a sorted set, see `scripts/queue.lua`).
 pub(crate) fn queue_key(name: &str) -> String {
@@ -66,6 +76,9 @@ pub(crate) struct KeySet {
     fences: Box<[String]>,
     /// Each name's waiter queue, then each queue's leases.
     queues: Box<[String]>,
+    /// Each name's force-release marker, made on first use: only renewals
+    /// and fencing raises name them, so an acquire never pays for them.
+    forced: OnceLock<Box<[String]>>,
 }
 
 /// The most names one lock may take at once (see [`KeySet::new`]).
@@ -106,6 +119,7 @@ impl KeySet {
             names: names.into_boxed_slice(),
             fences,
             queues,
+            forced: OnceLock::new(),
         }))
     }
 
@@ -122,6 +136,12 @@ impl KeySet {
     /// The fencing counter key of each name, in the same order.
     pub(crate) fn fences(&self) -> &[String] {
         &self.fences
+    }
+
+    /// Each name's force-release marker ([`forced_key`]), in the same order.
+    pub(crate) fn forced(&self) -> &[String] {
+        self.forced
+            .get_or_init(|| self.names.iter().map(|n| forced_key(n)).collect())
     }
 
     /// Each name's waiter queue, then each queue's leases.

@@ -14,7 +14,7 @@
 
 use redis::{Cmd, ToRedisArgs};
 
-use crate::keys::{Entry, KeySet};
+use crate::keys::{EPOCH_KEY, Entry, KeySet};
 
 pub(crate) mod acquire;
 pub(crate) mod adopt;
@@ -125,19 +125,24 @@ impl Args<'_> {
 }
 
 /// Appends `call`'s `numkeys`, keys and arguments to `cmd` (everything
-/// after the script reference but a vote's last two arguments).
+/// after the script reference but a vote's last two arguments). A vote's
+/// last key is the node's epoch marker (`epoch.lua`), declared like every
+/// key a script touches.
 pub(crate) fn write(call: &(impl Call + ?Sized), cmd: &mut Cmd) {
     let (keys, _) = counts(call);
-    cmd.arg(keys);
+    cmd.arg(keys + usize::from(call.votes()));
     let mut out = Args {
         cmd: Some(cmd),
         count: 0,
     };
     call.keys(&mut out);
+    if call.votes() {
+        out.arg(EPOCH_KEY);
+    }
     call.args(&mut out);
 }
 
-/// How many keys and arguments `call` writes.
+/// How many keys (but a vote's epoch marker) and arguments `call` writes.
 pub(crate) fn counts(call: &(impl Call + ?Sized)) -> (usize, usize) {
     let mut keys = Args {
         cmd: None,
@@ -197,5 +202,20 @@ mod tests {
         assert_ne!(acquire::SCRIPT.sha(false), release::SCRIPT.sha(false));
         assert_ne!(acquire::SCRIPT.sha(false), acquire::SCRIPT.sha(true));
         assert!(acquire::SCRIPT.body(true).starts_with("#!lua\n"));
+    }
+
+    /// Every key a script touches is declared in its KEYS (Redis's rule
+    /// for scripts): no script names a `quorumlock:` key itself. Only the
+    /// release channels are named in the scripts, and they are no keys.
+    #[test]
+    fn no_script_names_a_key_of_its_own() {
+        for script in all() {
+            for line in script.body(false).lines() {
+                let code = line.split("--").next().unwrap_or("");
+                if code.contains("'quorumlock:") {
+                    assert!(code.contains("PUBLISH"), "a key not in KEYS: {line}");
+                }
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 -- Take every lock key of one guard on this node, all or nothing.
 -- KEYS[1..m] lock keys (sorted), KEYS[m+1..2m] their fencing counters,
 -- KEYS[2m+1..3m] their waiter queues, KEYS[3m+1..4m] the queues' leases
--- (queue.lua).
+-- (queue.lua); then the epoch marker (epoch.lua), except in a batch, whose
+-- one marker key follows every call's keys.
 -- ARGV[1] owner token, ARGV[2] this hold's entry id, ARGV[3] TTL in ms,
 -- ARGV[4] '1' when the caller waits for a release notice; ARGV[5] its
 -- queue id when it queues (a fair lock service), '' when it does not;
@@ -38,7 +39,7 @@
 -- hash without an owner field is someone else's data: refused.
 -- The free path (the common one) costs HLEN, EXISTS, HSET, PEXPIRE and GET.
 local young = quorumlock_young()
-local m = #KEYS / 4
+local m = math.floor(#KEYS / 4)
 local ttl = tonumber(ARGV[3])
 local me = ARGV[5]
 local function queue(i)

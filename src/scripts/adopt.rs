@@ -6,6 +6,7 @@ use redis::Value;
 
 use super::reply::BadReply;
 use super::{Args, Call, Script, text};
+use crate::keys::EPOCH_KEY;
 
 /// Adopts a brand-new, empty node: its epoch starts at once.
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(text::ADOPT));
@@ -26,7 +27,10 @@ impl Call for Adopt<'_> {
         false
     }
 
-    fn keys(&self, _: &mut Args<'_>) {}
+    /// The epoch marker.
+    fn keys(&self, out: &mut Args<'_>) {
+        out.arg(EPOCH_KEY);
+    }
 
     fn args(&self, out: &mut Args<'_>) {
         out.arg(self.identity).arg(u8::from(self.durable));

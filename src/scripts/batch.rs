@@ -136,7 +136,8 @@ mod tests {
         assert_eq!(members[1].header(), "r6 3");
         let mut cmd = redis::cmd("EVALSHA");
         super::super::write(&Batch(&members), &mut cmd);
-        // numkeys, 8 + 6 keys, the count, 2 headers, 7 + 3 arguments.
-        assert_eq!(cmd.args_iter().count() - 1, 1 + 14 + 1 + 2 + 10);
+        // numkeys, 8 + 6 keys and the epoch marker, the count, 2 headers,
+        // 7 + 3 arguments.
+        assert_eq!(cmd.args_iter().count() - 1, 1 + 15 + 1 + 2 + 10);
     }
 }

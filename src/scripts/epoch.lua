@@ -2,7 +2,8 @@
 -- Prepended to every script that casts a vote or touches a fencing
 -- counter (acquire, extend, renew, handoff, fencing read and raise).
 --
--- The marker `quorumlock:epoch` = "<run_id> <epoch id> <start ms> <origin>"
+-- The marker `quorumlock:epoch` = "<run_id> <epoch id> <start ms> <origin>",
+-- declared as the script's last KEY (a batch's last, for all its calls),
 -- is written with replication off (redis.set_repl(REPL_NONE)): it never
 -- reaches a replica or the AOF, so a promoted replica and a restarted
 -- server both lack it (a server restored from an RDB snapshot has an old
@@ -41,15 +42,14 @@ local quorumlock_left = false
 -- Reads (or starts) the epoch; returns the ms of quarantine left (0: the
 -- node votes).
 local function quorumlock_check()
-  local marker = redis.call('GET', 'quorumlock:epoch')
+  local marker = redis.call('GET', KEYS[#KEYS])
   if marker and marker == ARGV[#ARGV - 1] then
     quorumlock_unparsed = marker
     return 0
   end
   local quarantine = tonumber(ARGV[#ARGV]) or 0
   local durable = quarantine < 0
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local t, now = quorumlock_time()
   local id, start, origin
   if marker then
     id, start, origin = string.match(marker, '^%S+ (%d+) (%d+) ([01])$')
@@ -60,7 +60,7 @@ local function quorumlock_check()
     id, start, origin = t[1] .. t[2], now, '0'
     marker = '- ' .. id .. ' ' .. now .. ' 0'
     redis.set_repl(durable and redis.REPL_AOF or redis.REPL_NONE)
-    redis.call('SET', 'quorumlock:epoch', marker)
+    redis.call('SET', KEYS[#KEYS], marker)
     redis.set_repl(redis.REPL_ALL)
   end
   quorumlock_epoch_id = id

@@ -1,21 +1,23 @@
 -- Give every lock key of a guard at least a new TTL, only if all carry our
 -- owner token (never a plain PEXPIRE).
--- KEYS[1..m] lock keys. ARGV[1] owner token, ARGV[2] entry id, ARGV[3] TTL ms,
+-- KEYS[1..m] lock keys, then the epoch marker (epoch.lua). ARGV[1] owner token, ARGV[2] entry id, ARGV[3] TTL ms,
 -- ARGV[4] the settled marker, ARGV[5] the quarantine in ms (epoch.lua).
 -- Reply: 1 every key is ours and lives at least the TTL now (a longer TTL
 -- set by another hold of the same owner is kept); 0 some key is not ours
 -- (nothing written).
 local young = quorumlock_young()
 local ttl = tonumber(ARGV[3])
-for _, key in ipairs(KEYS) do
-  if redis.call('HGET', key, 'owner') ~= ARGV[1] then
+local m = #KEYS - 1
+for i = 1, m do
+  if redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
     return quorumlock_answer(young, 0)
   end
 end
-for _, key in ipairs(KEYS) do
-  redis.call('HSET', key, ARGV[2], 1)
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
+for i = 1, m do
+  redis.call('HSET', KEYS[i], ARGV[2], 1)
+  if redis.call('PTTL', KEYS[i]) < ttl then
+    -- The argument as it came: a Lua number would be formatted.
+    redis.call('PEXPIRE', KEYS[i], ARGV[3])
   end
 end
 return quorumlock_answer(young, 1)

@@ -5,7 +5,9 @@
 -- the validity the holder has left: the renew script's heal, done here so
 -- that a node the acquire never reached (decided before it answered) or
 -- one that lost the key can still confirm the token.
--- KEYS[1..m] lock keys, KEYS[m+1..2m] their fencing counters.
+-- KEYS[1..m] lock keys, KEYS[m+1..2m] their fencing counters,
+-- KEYS[2m+1..3m] their force-release markers (force_release.lua), then the
+-- epoch marker (epoch.lua).
 -- ARGV[1] owner token, ARGV[2] the fencing token p, ARGV[3] the entry id,
 -- ARGV[4] the validity left in ms (the healed key's TTL), ARGV[5] the
 -- settled marker and ARGV[6] the quarantine in ms (unused: a raise is not a
@@ -18,12 +20,12 @@
 -- client accepts, exact in Lua's doubles) is an error reply naming the key,
 -- before anything is written: a bad value is never raised or copied.
 quorumlock_young()
-local m = #KEYS / 2
+local m = (#KEYS - 1) / 3
 local absent = {}
 for i = 1, m do
   local owner = redis.pcall('HGET', KEYS[i], 'owner')
   -- Absent and not force-released (quorumlock:forced:<key>): re-taken.
-  if owner == false and redis.call('EXISTS', KEYS[i], 'quorumlock:forced:' .. KEYS[i]) == 0 then
+  if owner == false and redis.call('EXISTS', KEYS[i], KEYS[2 * m + i]) == 0 then
     absent[#absent + 1] = KEYS[i]
   elseif owner ~= ARGV[1] then
     return 0

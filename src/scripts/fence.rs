@@ -29,9 +29,10 @@ impl Call for RaiseFence {
         true
     }
 
-    /// The lock keys, then their fencing counters.
+    /// The lock keys, their fencing counters, their force-release markers.
     fn keys(&self, out: &mut Args<'_>) {
-        out.names(&self.entry.keys).each(self.entry.keys.fences());
+        let keys = &self.entry.keys;
+        out.names(keys).each(keys.fences()).each(keys.forced());
     }
 
     /// Owner token, the fencing token, entry id, the TTL of a re-take.

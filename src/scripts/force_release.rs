@@ -6,6 +6,7 @@ use redis::Value;
 
 use super::reply::BadReply;
 use super::{Args, Call, Script, text};
+use crate::keys::forced_key;
 
 /// An operator's release of a name, whatever its owner.
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(text::FORCE_RELEASE));
@@ -26,9 +27,9 @@ impl Call for ForceRelease<'_> {
         false
     }
 
-    /// The lock key.
+    /// The lock key and its marker.
     fn keys(&self, out: &mut Args<'_>) {
-        out.arg(self.name);
+        out.arg(self.name).arg(forced_key(self.name));
     }
 
     /// How long no renewal may re-take it.

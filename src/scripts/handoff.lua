@@ -2,7 +2,8 @@
 -- it at once for the next waiter of the same lock service: one call where
 -- a release, a notice and an acquire would take three steps.
 -- KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] its waiter queue,
--- KEYS[4] the queue's leases (queue.lua).
+-- KEYS[4] the queue's leases (queue.lua), KEYS[5] the epoch marker
+-- (epoch.lua).
 -- ARGV[1] releasing owner token, ARGV[2] its entry id, ARGV[3] the queue
 -- id whose place the release gives up ('' none);
 -- ARGV[4] next owner token, ARGV[5] its entry id, ARGV[6] its queue id
@@ -21,21 +22,10 @@ local young = quorumlock_young()
 if ARGV[3] ~= '' then
   quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[3])
 end
-local r = 0
-local found = redis.call('HMGET', KEYS[1], 'owner', ARGV[2], 'waiters')
-if found[1] == ARGV[1] and found[2] then
-  -- The fields besides the holds: the owner, and the waiters' mark.
-  if redis.call('HLEN', KEYS[1]) <= (found[3] and 3 or 2) then
-    redis.call('DEL', KEYS[1])
-    r = 1
-  else
-    redis.call('HDEL', KEYS[1], ARGV[2])
-    r = 2
-  end
-end
+local r, marked = quorumlock_give_back(KEYS[1], ARGV[1], ARGV[2])
 if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'owner', ARGV[4], ARGV[5], 1)
-  if r == 1 and found[3] then
+  if r == 1 and marked then
     -- Waiters in other processes still wait: the next release announces.
     redis.call('HSET', KEYS[1], 'waiters', 1)
   end

@@ -27,11 +27,6 @@ local function quorumlock_same_service(a, b)
   return service ~= nil and service == string.match(a, '^([^.]+)%.')
 end
 
-local function quorumlock_now_ms()
-  local t = redis.call('TIME')
-  return t[1] * 1000 + math.floor(t[2] / 1000)
-end
-
 -- The queue's first waiter whose place has not lapsed, dropping lapsed
 -- ones on the way (at most 16 per call: with more, `true`, as some waiter
 -- may be ahead); nil when the queue is empty.

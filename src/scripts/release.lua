@@ -22,21 +22,15 @@ if ARGV[3] ~= '' then
 end
 local result = 0
 for i = 1, m do
-  local key = KEYS[i]
-  local found = redis.call('HMGET', key, 'owner', ARGV[2], 'waiters')
-  if found[1] == ARGV[1] and found[2] then
-    -- The fields besides the holds: the owner, and the waiters' mark.
-    if redis.call('HLEN', key) <= (found[3] and 3 or 2) then
-      -- Ours was the last hold.
-      redis.call('DEL', key)
-      if found[3] then
-        quorumlock_announce(key, quorumlock_head(KEYS[m + i], KEYS[2 * m + i]))
-      end
-      if result == 0 then result = 1 end
-    else
-      redis.call('HDEL', key, ARGV[2])
-      result = 2
+  local given, marked = quorumlock_give_back(KEYS[i], ARGV[1], ARGV[2])
+  if given == 1 then
+    -- Ours was the last hold.
+    if marked then
+      quorumlock_announce(KEYS[i], quorumlock_head(KEYS[m + i], KEYS[2 * m + i]))
     end
+    if result == 0 then result = 1 end
+  elseif given == 2 then
+    result = 2
   end
 end
 return result

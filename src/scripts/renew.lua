@@ -1,5 +1,7 @@
 -- Renew many guards on this node in one call (the watchdog's batch).
--- KEYS: every guard's lock keys, guard after guard.
+-- KEYS: every guard's lock keys, guard after guard; then, in the same
+-- order, each key's force-release marker (`quorumlock:forced:<key>`, see
+-- force_release.lua); then the epoch marker (epoch.lua).
 -- ARGV: per guard, four values: owner token, entry id, TTL in ms, and how
 --       many of KEYS are its keys; then the settled marker and the
 --       quarantine in ms (epoch.lua).
@@ -18,6 +20,8 @@ local young = quorumlock_young()
 local out = {}
 local k = 1
 local a = 1
+-- Lock key i's force-release marker is KEYS[forced + i].
+local forced = (#KEYS - 1) / 2
 while a < #ARGV - 1 do
   local token, entry = ARGV[a], ARGV[a + 1]
   local ttl, n = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -33,7 +37,7 @@ while a < #ARGV - 1 do
     elseif found[1] == false then
       -- Held by another (or not a lock key), or force-released by an
       -- operator (quorumlock:forced:<key>): never re-taken.
-      if redis.call('EXISTS', KEYS[i], 'quorumlock:forced:' .. KEYS[i]) > 0 then
+      if redis.call('EXISTS', KEYS[i], KEYS[forced + i]) > 0 then
         code = 0
         break
       end
@@ -53,7 +57,7 @@ while a < #ARGV - 1 do
     for i = k, k + n - 1 do
       if state[i] == 'absent' then
         redis.call('HSET', KEYS[i], 'owner', token, entry, 1)
-        redis.call('PEXPIRE', KEYS[i], ttl)
+        redis.call('PEXPIRE', KEYS[i], ARGV[a + 2])
       else
         if state[i] == 'entry' then
           redis.call('HSET', KEYS[i], entry, 1)

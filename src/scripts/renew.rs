@@ -38,10 +38,14 @@ impl Call for Renew {
         true
     }
 
-    /// Every item's lock keys, item after item.
+    /// Every item's lock keys, item after item, then their force-release
+    /// markers in the same order.
     fn keys(&self, out: &mut Args<'_>) {
         for item in self.items.iter() {
             out.names(&item.entry.keys);
+        }
+        for item in self.items.iter() {
+            out.each(item.entry.keys.forced());
         }
     }
 

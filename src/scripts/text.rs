@@ -1,22 +1,32 @@
 //! Each script's text as it is sent: its own `.lua` after the shared parts
-//! it calls (`epoch.lua` for a vote, `queue.lua` for the waiter queues).
+//! it calls, each defined once (`clock.lua` the server's clock, `epoch.lua`
+//! a vote's epoch check, `queue.lua` the waiter queues, `hold.lua` giving
+//! back one hold).
 //! A file of constants only, so that the tests include it as it is
 //! (`#[path]`) and look for the very scripts the library sends.
 
 /// `acquire.lua`.
 pub(crate) const ACQUIRE: &str = concat!(
+    include_str!("clock.lua"),
     include_str!("epoch.lua"),
     include_str!("queue.lua"),
     include_str!("acquire.lua")
 );
 
 /// `release.lua`.
-pub(crate) const RELEASE: &str = concat!(include_str!("queue.lua"), include_str!("release.lua"));
+pub(crate) const RELEASE: &str = concat!(
+    include_str!("clock.lua"),
+    include_str!("queue.lua"),
+    include_str!("hold.lua"),
+    include_str!("release.lua")
+);
 
 /// `batch.lua`: the acquire and release bodies as functions, run in turn.
 pub(crate) const BATCH: &str = concat!(
+    include_str!("clock.lua"),
     include_str!("epoch.lua"),
     include_str!("queue.lua"),
+    include_str!("hold.lua"),
     "local function quorumlock_acquire(KEYS, ARGV)\n",
     include_str!("acquire.lua"),
     "end\nlocal function quorumlock_release(KEYS, ARGV)\n",
@@ -29,27 +39,45 @@ pub(crate) const BATCH: &str = concat!(
 pub(crate) const FORCE_RELEASE: &str = include_str!("force_release.lua");
 
 /// `extend.lua`.
-pub(crate) const EXTEND: &str = concat!(include_str!("epoch.lua"), include_str!("extend.lua"));
+pub(crate) const EXTEND: &str = concat!(
+    include_str!("clock.lua"),
+    include_str!("epoch.lua"),
+    include_str!("extend.lua")
+);
 
 /// `renew.lua`.
-pub(crate) const RENEW: &str = concat!(include_str!("epoch.lua"), include_str!("renew.lua"));
+pub(crate) const RENEW: &str = concat!(
+    include_str!("clock.lua"),
+    include_str!("epoch.lua"),
+    include_str!("renew.lua")
+);
 
 /// `fence.lua`.
-pub(crate) const FENCE: &str = concat!(include_str!("epoch.lua"), include_str!("fence.lua"));
+pub(crate) const FENCE: &str = concat!(
+    include_str!("clock.lua"),
+    include_str!("epoch.lua"),
+    include_str!("fence.lua")
+);
 
 /// `handoff.lua`.
 pub(crate) const HANDOFF: &str = concat!(
+    include_str!("clock.lua"),
     include_str!("epoch.lua"),
     include_str!("queue.lua"),
+    include_str!("hold.lua"),
     include_str!("handoff.lua")
 );
 
 /// `read_fences.lua`.
-pub(crate) const READ_FENCES: &str =
-    concat!(include_str!("epoch.lua"), include_str!("read_fences.lua"));
+pub(crate) const READ_FENCES: &str = concat!(
+    include_str!("clock.lua"),
+    include_str!("epoch.lua"),
+    include_str!("read_fences.lua")
+);
 
 /// `epoch_check.lua`.
-pub(crate) const EPOCH_CHECK: &str = include_str!("epoch_check.lua");
+pub(crate) const EPOCH_CHECK: &str =
+    concat!(include_str!("clock.lua"), include_str!("epoch_check.lua"));
 
 /// `adopt.lua`.
-pub(crate) const ADOPT: &str = include_str!("adopt.lua");
+pub(crate) const ADOPT: &str = concat!(include_str!("clock.lua"), include_str!("adopt.lua"));

@@ -1,0 +1,20 @@
+-- Giving back one hold of a lock key: prepended to the scripts that do
+-- (release, handoff).
+
+-- Gives back the hold `id` of owner `token` on lock `key`, owner-checked.
+-- Returns 0 when the hold was not there (expired, released, or another
+-- owner's), 1 when it was the last hold and the key is deleted, 2 when the
+-- owner's other holds keep the key; and whether a waiter marked the key.
+local function quorumlock_give_back(key, token, id)
+  local found = redis.call('HMGET', key, 'owner', id, 'waiters')
+  if found[1] ~= token or not found[2] then
+    return 0, found[3]
+  end
+  -- The fields besides the holds: the owner, and the waiters' mark.
+  if redis.call('HLEN', key) <= (found[3] and 3 or 2) then
+    redis.call('DEL', key)
+    return 1, found[3]
+  end
+  redis.call('HDEL', key, id)
+  return 2, found[3]
+end

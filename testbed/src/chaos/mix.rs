@@ -553,13 +553,19 @@ fn inject_node(
                 return Ok(());
             };
             let lag = millis(rng, 300, 800);
+            // The fault starts once the link is cut, not before: putting
+            // the rule in takes tens of ms, and a write sent meanwhile still
+            // reaches the replica (one 26 ms after the logged start came
+            // back with the promoted replica, and the checker, which
+            // excuses a failover only for calls begun before it, judged its
+            // key left after the release).
+            pair.cut_link()?;
             let fault = ctx.start(
                 kind,
                 &target,
                 format!("replication cut, {lag:?} of writes on the master only, master killed, replica promoted"),
             );
             let result = (|| {
-                pair.cut_link()?;
                 thread::sleep(lag);
                 let promoted = pair.fail_over()?;
                 proxy.set_upstream(promoted);

@@ -561,13 +561,15 @@ impl Injector<'_> {
         group.wait_ready_for_failover(FAILOVER_LIMIT)?;
         let lag = millis(rng, 300, 800);
         let old = group.master()?.service.clone();
+        // Started once the link is cut (see the local mix's failover): a
+        // write sent while the rule goes in still reaches the replica.
+        let cut = group.cut_link()?;
         let fault = self.book.start(
             DockerFault::SentinelFailover.name(),
             target,
             format!("replication link cut (iptables in the replica's namespace), {lag:?} of writes on {old} alone, SENTINEL FAILOVER"),
         );
         let result = (|| {
-            let cut = group.cut_link()?;
             thread::sleep(lag);
             let promoted = group.fail_over(FAILOVER_LIMIT);
             // The old master must reach the new one to become its replica.

@@ -236,3 +236,21 @@ impl Core {
 pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+impl Core {
+    /// A core of three nodes that nothing connects to (a node connects on
+    /// its first call), for the unit tests of what does no I/O: the lease,
+    /// the watchdog's schedule.
+    pub(crate) fn offline(
+        configure: impl FnOnce(crate::LockConfigBuilder) -> crate::LockConfigBuilder,
+    ) -> Arc<Core> {
+        let nodes = [
+            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:2",
+            "redis://127.0.0.1:3",
+        ];
+        let config = configure(LockConfig::builder().nodes(nodes));
+        Arc::new(Core::new(config.build().expect("valid test settings")))
+    }
+}

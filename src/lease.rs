@@ -744,6 +744,28 @@ impl fmt::Debug for Lease {
     }
 }
 
+/// A lease held on every node of a [`Core::offline`] core since a round
+/// begun at `start`, with the core's TTL, for the unit tests of what does
+/// no I/O.
+#[cfg(test)]
+impl Lease {
+    pub(crate) fn held_since(core: &Arc<Core>, start: Stamp, watched: bool) -> Lease {
+        let keys = crate::keys::KeySet::new(&["k"]).expect("valid name");
+        Lease::new(
+            Arc::clone(core),
+            Grant {
+                entry: Entry::new(keys, Arc::from("t"), core.nodes.len()),
+                start,
+                holds: vec![Hold::Held; core.nodes.len()],
+                watched,
+                ttl: core.config.ttl,
+                fence: Arc::default(),
+                fence_reads: Box::new([]),
+            },
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests;
 

@@ -649,50 +649,19 @@ impl Verdict<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::LockConfig;
     use crate::error::{LostReason, NodeReports};
-    use crate::keys::{Entry, KeySet};
-    use crate::lease::Grant;
     use crate::quorum;
 
-    /// A lock core that never connects: enough for the schedule, which
-    /// does no I/O.
-    fn core(
-        configure: impl FnOnce(crate::LockConfigBuilder) -> crate::LockConfigBuilder,
-    ) -> Arc<Core> {
-        let config = configure(
-            LockConfig::builder()
-                .nodes([
-                    "redis://127.0.0.1:1",
-                    "redis://127.0.0.1:2",
-                    "redis://127.0.0.1:3",
-                ])
-                .ttl(Duration::from_secs(9)),
-        )
-        .build()
-        .expect("valid");
-        Arc::new(Core::new(config))
-    }
+    /// The TTL of the tests' cores ([`Core::offline`]).
+    const TTL: Duration = Duration::from_secs(9);
 
     fn lease(core: &Arc<Core>, start: Stamp) -> Arc<Lease> {
-        let keys = KeySet::new(&["k"]).expect("valid name");
-        Arc::new(Lease::new(
-            Arc::clone(core),
-            Grant {
-                entry: Entry::new(keys, Arc::from("t"), 3),
-                start,
-                holds: vec![Hold::Held; 3],
-                watched: true,
-                ttl: core.config.ttl,
-                fence: Arc::default(),
-                fence_reads: Box::new([]),
-            },
-        ))
+        Arc::new(Lease::held_since(core, start, true))
     }
 
     #[test]
     fn the_heap_pops_the_earliest_first() {
-        let core = core(|b| b);
+        let core = Core::offline(|b| b.ttl(TTL));
         let now = Stamp::now();
         let mut heap = BinaryHeap::new();
         for (seq, secs) in [(1, 3), (2, 1), (3, 2), (4, 1)] {
@@ -708,7 +677,7 @@ mod tests {
 
     #[test]
     fn renewal_and_loss_times_follow_the_settings() {
-        let core = core(|b| b);
+        let core = Core::offline(|b| b.ttl(TTL));
         let start = Stamp::now();
         let lease = lease(&core, start);
         // Renew a third of the TTL after the start; lost a tenth of the TTL
@@ -737,7 +706,7 @@ mod tests {
 
     #[test]
     fn max_hold_stops_the_renewals_it_would_pass() {
-        let core = core(|b| b.max_hold(Duration::from_secs(4)));
+        let core = Core::offline(|b| b.ttl(TTL).max_hold(Duration::from_secs(4)));
         let start = Stamp::now();
         let lease = lease(&core, start);
         assert!(lease.next_renewal().is_some(), "3 s is within 4 s");
@@ -745,7 +714,7 @@ mod tests {
             lease.next_renewal_after(start.after(Duration::from_secs(3)), core.config.ttl),
             None
         );
-        let core = self::core(|b| b.max_hold(Duration::from_secs(2)));
+        let core = Core::offline(|b| b.ttl(TTL).max_hold(Duration::from_secs(2)));
         let lease = self::lease(&core, start);
         assert_eq!(lease.next_renewal(), None);
         assert!(lease.max_hold_reached());
@@ -753,7 +722,7 @@ mod tests {
 
     #[test]
     fn claims_take_due_renewals_once_and_never_pull_a_retry_forward() {
-        let core = core(|b| b);
+        let core = Core::offline(|b| b.ttl(TTL));
         let now = Stamp::now();
         let horizon = now.after(Duration::from_millis(300));
         let lease = lease(&core, now);
@@ -810,7 +779,7 @@ mod tests {
             .with_base_delay(Duration::from_secs(1))
             .with_max_delay(Duration::from_secs(1))
             .with_jitter(1.0);
-        let core = core(|b| b.retry(retry));
+        let core = Core::offline(|b| b.ttl(TTL).retry(retry));
         let now = Stamp::now();
         let leases: Vec<_> = (0..8)
             .map(|_| (lease(&core, now), core.config.ttl))
@@ -837,7 +806,7 @@ mod tests {
 
     #[test]
     fn a_lease_past_its_loss_time_ends_with_the_last_failure() {
-        let core = core(|b| b);
+        let core = Core::offline(|b| b.ttl(TTL));
         // Started long enough ago that the loss time has passed.
         let start = Stamp::now().before(Duration::from_millis(8_500));
         let lease = lease(&core, start);
@@ -855,7 +824,7 @@ mod tests {
 
     #[test]
     fn the_deadline_moves_only_before_the_loss_time_and_never_back_to_held() {
-        let core = core(|b| b);
+        let core = Core::offline(|b| b.ttl(TTL));
         let ttl = core.config.ttl;
         let lease_of = |start: Stamp| lease(&core, start);
         let win = |start: Stamp| Win {

@@ -9,8 +9,6 @@
 //! the test runs within that.
 
 use super::*;
-use crate::config::LockConfig;
-use crate::keys::KeySet;
 use crate::retry::RetryPolicy;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -21,47 +19,24 @@ const DRIFT_FACTOR: f64 = 0.01;
 /// away and whose loss time (4 s earlier) passed 2 s ago.
 const NEAR_END: Duration = Duration::from_millis(7_898);
 
-/// A lock core that never connects (the lease does no I/O) with round
-/// numbers: a 10 s TTL (9.898 s of it past the drift), a 4 s loss margin
-/// (wide, so that "past the loss time, before the deadline" lasts long
-/// enough to test), renewals every 3 s.
+/// A core that never connects ([`Core::offline`]) with round numbers: a
+/// 10 s TTL (9.898 s of it past the drift), a 4 s loss margin (wide, so
+/// that "past the loss time, before the deadline" lasts long enough to
+/// test), renewals every 3 s.
 fn core(configure: impl FnOnce(crate::LockConfigBuilder) -> crate::LockConfigBuilder) -> Arc<Core> {
-    let config = configure(
-        LockConfig::builder()
-            .nodes([
-                "redis://127.0.0.1:1",
-                "redis://127.0.0.1:2",
-                "redis://127.0.0.1:3",
-            ])
-            .ttl(TTL)
-            .drift_factor(DRIFT_FACTOR)
-            .loss_margin(MARGIN)
-            .renew_interval(INTERVAL),
-    )
-    .build()
-    .expect("valid");
-    Arc::new(Core::new(config))
-}
-
-fn lease_on(core: &Arc<Core>, start: Stamp, watched: bool) -> Lease {
-    let keys = KeySet::new(&["k"]).expect("valid name");
-    Lease::new(
-        Arc::clone(core),
-        Grant {
-            entry: Entry::new(keys, Arc::from("t"), 3),
-            start,
-            holds: vec![Hold::Held; 3],
-            watched,
-            ttl: TTL,
-            fence: Arc::default(),
-            fence_reads: Box::new([]),
-        },
-    )
+    Core::offline(|b| {
+        configure(
+            b.ttl(TTL)
+                .drift_factor(DRIFT_FACTOR)
+                .loss_margin(MARGIN)
+                .renew_interval(INTERVAL),
+        )
+    })
 }
 
 /// An unwatched lease whose acquire round started at `start`.
 fn lease(start: Stamp) -> Lease {
-    lease_on(&core(|b| b), start, false)
+    Lease::held_since(&core(|b| b), start, false)
 }
 
 /// The deadline of a round that started at `start` and gave the keys `ttl`.
@@ -130,7 +105,7 @@ fn the_loss_time_is_the_deadline_less_the_margin_scaled_to_the_ttl() {
 fn renewals_are_due_an_interval_after_the_rounds_start_within_the_maximum_hold() {
     let core = core(|b| b.max_hold(Duration::from_secs(5)));
     let start = Stamp::now();
-    let lease = lease_on(&core, start, true);
+    let lease = Lease::held_since(&core, start, true);
     assert_eq!(lease.next_renewal(), Some(start.after(INTERVAL)));
     assert!(!lease.max_hold_reached());
     // The interval scales with the TTL.
@@ -145,7 +120,7 @@ fn renewals_are_due_an_interval_after_the_rounds_start_within_the_maximum_hold()
 #[test]
 fn a_lease_whose_first_renewal_is_past_the_maximum_hold_never_renews() {
     let core = core(|b| b.max_hold(Duration::from_secs(2)));
-    let lease = lease_on(&core, Stamp::now(), true);
+    let lease = Lease::held_since(&core, Stamp::now(), true);
     assert_eq!(lease.next_renewal(), None);
     assert!(lease.max_hold_reached());
 }
@@ -300,7 +275,7 @@ fn expiry_says_why_the_lease_was_not_renewed() {
     );
 
     let core = core(|b| b);
-    let failing = lease_on(&core, old, true);
+    let failing = Lease::held_since(&core, old, true);
     let reports = NodeReports::default();
     failing.set_last_failure(reports.clone());
     failing.expire_if_due();
@@ -311,7 +286,7 @@ fn expiry_says_why_the_lease_was_not_renewed() {
 
     let max = Duration::from_secs(2);
     let core = self::core(|b| b.max_hold(max));
-    let capped = lease_on(&core, old, true);
+    let capped = Lease::held_since(&core, old, true);
     capped.expire_if_due();
     assert_eq!(
         capped.ended_notice().map(|n| n.reason),
@@ -330,7 +305,7 @@ fn expiry_before_the_loss_time_does_nothing() {
 #[test]
 fn late_replies_complete_the_renewal_they_belong_to() {
     let core = core(|b| b);
-    let lease = lease_on(&core, ago(Duration::from_secs(3)), true);
+    let lease = Lease::held_since(&core, ago(Duration::from_secs(3)), true);
     let start = ago(Duration::from_secs(1));
     let renewal = Win {
         renewal: Some((2, 0)),
@@ -373,7 +348,7 @@ fn a_retry_is_scheduled_within_the_loss_time_or_not_at_all() {
         .with_jitter(0.0);
     let core = core(|b| b.retry(retry));
     // Loss time about 5.9 s away: a 2 s retry fits.
-    let lease = lease_on(&core, Stamp::now(), true);
+    let lease = Lease::held_since(&core, Stamp::now(), true);
     let before = Stamp::now();
     lease.schedule_retry(NodeReports::default(), 0.0);
     let next = lease.next_renewal().expect("a retry");
@@ -381,7 +356,7 @@ fn a_retry_is_scheduled_within_the_loss_time_or_not_at_all() {
     assert!(next < lease.loss_time(lease.deadline(), TTL));
 
     // Loss time about 0.9 s away: a 2 s retry would come after it.
-    let lease = lease_on(&core, ago(Duration::from_secs(5)), true);
+    let lease = Lease::held_since(&core, ago(Duration::from_secs(5)), true);
     lease.schedule_retry(NodeReports::default(), 0.0);
     assert_eq!(lease.next_renewal(), None);
     assert!(
@@ -409,7 +384,7 @@ fn one_loss_entry_per_loss_time() {
 #[test]
 fn only_the_round_in_flight_gives_its_slot_back() {
     let core = core(|b| b);
-    let lease = lease_on(&core, Stamp::now(), true);
+    let lease = Lease::held_since(&core, Stamp::now(), true);
     let renewal = Flight::new();
     let now = Stamp::now();
     let horizon = now.after(INTERVAL * 2);
@@ -434,7 +409,7 @@ fn only_the_round_in_flight_gives_its_slot_back() {
 #[test]
 fn a_retry_is_not_pulled_forward() {
     let core = core(|b| b);
-    let lease = lease_on(&core, Stamp::now(), true);
+    let lease = Lease::held_since(&core, Stamp::now(), true);
     let now = Stamp::now();
     let horizon = now.after(INTERVAL * 2);
     let retry_at = now.after(Duration::from_secs(1));

@@ -129,8 +129,14 @@ impl Args<'_> {
 /// last key is the node's epoch marker (`epoch.lua`), declared like every
 /// key a script touches.
 pub(crate) fn write(call: &(impl Call + ?Sized), cmd: &mut Cmd) {
-    let (keys, _) = counts(call);
-    cmd.arg(keys + usize::from(call.votes()));
+    // Only the keys are counted first (`numkeys` precedes them): counting
+    // the arguments too would walk them twice on every call.
+    let mut keys = Args {
+        cmd: None,
+        count: 0,
+    };
+    call.keys(&mut keys);
+    cmd.arg(keys.count + usize::from(call.votes()));
     let mut out = Args {
         cmd: Some(cmd),
         count: 0,
@@ -142,7 +148,8 @@ pub(crate) fn write(call: &(impl Call + ?Sized), cmd: &mut Cmd) {
     call.args(&mut out);
 }
 
-/// How many keys (but a vote's epoch marker) and arguments `call` writes.
+/// How many keys (but a vote's epoch marker) and arguments `call` writes
+/// (a batch's headers).
 pub(crate) fn counts(call: &(impl Call + ?Sized)) -> (usize, usize) {
     let mut keys = Args {
         cmd: None,

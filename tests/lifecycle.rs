@@ -188,15 +188,6 @@ fn groups() -> Vec<Vec<Case>> {
         .collect()
 }
 
-/// Takes `name` for a case: a free name, but hundreds of cases ask at
-/// once, so an attempt may time out on a busy machine (and is rolled back,
-/// which the test then checks too).
-async fn take(lock: &MultiLock, name: &str) -> quorumlock::LockGuard {
-    lock.acquire(name, Wait::up_to(Duration::from_secs(20)))
-        .await
-        .unwrap_or_else(|e| panic!("{name}: a free name: {e}"))
-}
-
 /// The nodes (of the first `n`) that still have `key`.
 fn holding(testbed: &Testbed, n: usize, key: &str) -> Vec<usize> {
     (0..n)
@@ -208,18 +199,24 @@ fn holding(testbed: &Testbed, n: usize, key: &str) -> Vec<usize> {
 /// [`BACKGROUND_BOUND`] has passed (none may: a release that timed out
 /// must still land).
 async fn still_owned(testbed: &Testbed, n: usize, key: &str, token: &str) -> Vec<usize> {
-    let owned = || -> Vec<usize> {
+    within_background_bound(|| {
         (0..n)
             .filter(|&i| common::value_on(testbed.node(i), key).as_deref() == Some(token))
             .collect()
-    };
+    })
+    .await
+}
+
+/// What `left` finds once it finds nothing, or once [`BACKGROUND_BOUND`]
+/// has passed: a release that timed out goes on in the background.
+async fn within_background_bound(left: impl Fn() -> Vec<usize>) -> Vec<usize> {
     let give_up = Instant::now() + BACKGROUND_BOUND;
-    let mut kept = owned();
-    while !kept.is_empty() && Instant::now() < give_up {
+    let mut found = left();
+    while !found.is_empty() && Instant::now() < give_up {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        kept = owned();
+        found = left();
     }
-    kept
+    found
 }
 
 /// What a release left: the nodes that keep `key` although they answered
@@ -237,12 +234,7 @@ async fn left_after(
         .into_iter()
         .filter(|&i| !late.contains(&urls[i].as_str()))
         .collect();
-    let give_up = Instant::now() + BACKGROUND_BOUND;
-    let mut kept = holding(testbed, n, key);
-    while !kept.is_empty() && Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        kept = holding(testbed, n, key);
-    }
+    let kept = within_background_bound(|| holding(testbed, n, key)).await;
     (answered_but_kept, kept)
 }
 
@@ -258,7 +250,7 @@ async fn every_release_lets_go_on_every_node() {
                 let testbed = &testbed;
                 async move {
                     let name = case.name("one");
-                    let guard = take(&lock, &name).await;
+                    let guard = common::take_free(&lock, &name).await;
                     tokio::time::sleep(Duration::from_millis(case.hold_ms)).await;
                     let report = guard.release().await;
                     let left = left_after(testbed, case.nodes, &name, &report).await;
@@ -416,7 +408,7 @@ async fn one_waiter_process(
         cases
             .iter()
             .zip(&locks)
-            .map(|(case, lock)| async move { take(lock, &case.name("two")).await }),
+            .map(|(case, lock)| async move { common::take_free(lock, &case.name("two")).await }),
     )
     .await;
     let mut spec = urls.join(" ");

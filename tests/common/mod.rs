@@ -340,13 +340,15 @@ pub async fn wait_for(what: &str, bound: Duration, mut condition: impl FnMut() -
 }
 
 /// A lock that is connected to every running node before it is returned.
-/// Takes a name nobody holds. An acquire with a short wait, not a single
-/// attempt: a test of timing sets a short node timeout, which a loaded
-/// machine can stretch on one attempt (refused and rolled back, the next
-/// one takes the name).
+/// Takes a name nobody holds. An acquire with a wait, not a single
+/// attempt: a test of timing sets a short node timeout, and a loaded
+/// machine (or hundreds of locks asking at once) can stretch one attempt
+/// past it (refused and rolled back, the next one takes the name). The
+/// wait is only a bound: a free name is taken at the first attempt that
+/// hears every node in time.
 #[allow(dead_code)]
 pub async fn take_free(lock: &MultiLock, name: &str) -> quorumlock::LockGuard {
-    lock.acquire(name, quorumlock::Wait::up_to(Duration::from_secs(10)))
+    lock.acquire(name, quorumlock::Wait::up_to(Duration::from_secs(20)))
         .await
         .unwrap_or_else(|e| panic!("{name} is free: {e}"))
 }

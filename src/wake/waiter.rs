@@ -82,10 +82,10 @@ impl Waiter<'_> {
     /// acquisitions of another). A handoff by this lock service still ends
     /// the sleep.
     ///
-    /// `gate`: the node the next attempt asks first. If the last attempt
-    /// found the name held there and the notices that end the wait do not
-    /// include the gate's, [`woke_on_gate_notice`](Self::woke_on_gate_notice) stays
-    /// false: the nodes' notices come in any order, and an attempt that
+    /// `gate`: the node the next attempt asks first. Unless the last
+    /// attempt won the gate, [`woke_on_gate_notice`](Self::woke_on_gate_notice)
+    /// stays false when the notices that end the wait do not include the
+    /// gate's: the nodes' notices come in any order, and an attempt that
     /// reaches the gate before its release is refused there without having
     /// lost a race, so it must not sit the next notice out.
     pub(crate) async fn wait(
@@ -119,34 +119,12 @@ impl Waiter<'_> {
             _ => backoff,
         };
         let until = instant_in(backoff.min(free_in)).min(budget_end);
-        // Nodes the last attempt won were rolled back: free. A quorum needs
-        // this many more to announce a release. Only the nodes it found held
-        // announce (the attempt marked the name there, see
-        // `scripts/acquire.lua`): one, if it was refused at the gate.
-        let (mut won, mut held, mut gate_held) = (0, 0, false);
-        let reports = error.and_then(Error::node_reports);
-        for (i, report) in reports.into_iter().flat_map(NodeReports::iter).enumerate() {
-            match report.outcome {
-                NodeOutcome::Won => won += 1,
-                // A node where others wait ahead announces its next
-                // release too (it has a queue).
-                NodeOutcome::HeldByOther { .. } | NodeOutcome::WaitersAhead => {
-                    held += 1;
-                    gate_held |= gate == Some(i);
-                }
-                _ => {}
-            }
-        }
-        let needed = wake.required.saturating_sub(won);
-        let needed = if held > 0 { needed.min(held) } else { needed }.max(1);
-        let gate = gate.filter(|_| gate_held);
-        let skip = u64::from(!listen);
-        self.sleep_until_notice(until, Awaited { needed, skip, gate }, next)
-            .await
+        let awaited = Awaited::after(error, wake.required, gate, listen);
+        self.sleep_until_notice(until, awaited, next).await
     }
 
     /// Whether the last [`wait`](Self::wait) ended on release notices, the
-    /// gate's among them when the gate was found held (see `gate` there).
+    /// gate's among them unless the gate was won (see `gate` there).
     pub(crate) fn woke_on_gate_notice(&self) -> bool {
         self.woke_on_gate_notice
     }
@@ -282,16 +260,62 @@ pub(super) enum Step {
 }
 
 /// What a wait listens for.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Awaited {
     /// How many distinct nodes' release notices end it.
     pub(super) needed: usize,
     /// How many releases per node it sits out (see `listen` in
     /// [`Waiter::wait`]).
     pub(super) skip: u64,
-    /// The node the next attempt asks first, if the last attempt found the
-    /// name held there.
+    /// The node the next attempt asks first, unless the last attempt won
+    /// it (see [`Awaited::after`]).
     pub(super) gate: Option<usize>,
+}
+
+impl Awaited {
+    /// What the wait after the failed attempt `error` listens for, when a
+    /// quorum needs `required` nodes: see `listen` and `gate` in
+    /// [`Waiter::wait`].
+    ///
+    /// Nodes the attempt won were rolled back: free. A quorum needs that
+    /// many more to announce a release. Only the nodes it found held
+    /// announce (the attempt marked the name there, see
+    /// `scripts/acquire.lua`): one, if it was refused at the gate.
+    ///
+    /// The gate is watched unless the attempt won it: a gate it found held,
+    /// or whose answer it did not wait for (decided at the quorum before
+    /// the gate answered, or failed), may still be on its way to a release.
+    /// Taking such a gate for free once made a waiter that met the gate's
+    /// release on its way there sit that very release out, and sleep its
+    /// whole backoff on a free name.
+    pub(super) fn after(
+        error: Option<&Error>,
+        required: usize,
+        gate: Option<usize>,
+        listen: bool,
+    ) -> Awaited {
+        let (mut won, mut held, mut gate_won) = (0, 0, false);
+        let reports = error.and_then(Error::node_reports);
+        for (i, report) in reports.into_iter().flat_map(NodeReports::iter).enumerate() {
+            match report.outcome {
+                NodeOutcome::Won => {
+                    won += 1;
+                    gate_won |= gate == Some(i);
+                }
+                // A node where others wait ahead announces its next
+                // release too (it has a queue).
+                NodeOutcome::HeldByOther { .. } | NodeOutcome::WaitersAhead => held += 1,
+                _ => {}
+            }
+        }
+        let needed = required.saturating_sub(won);
+        let needed = if held > 0 { needed.min(held) } else { needed }.max(1);
+        Awaited {
+            needed,
+            skip: u64::from(!listen),
+            gate: gate.filter(|_| !gate_won),
+        }
+    }
 }
 
 /// The releases announced since a waiter's last snapshot.

@@ -129,17 +129,17 @@ async fn without_a_notice_the_waiter_retries_when_the_holder_expires() {
     let testbed = Testbed::start(3).expect("testbed");
     // The holder never releases: its key expires, and no notice is sent.
     // A node timeout generous enough that a busy machine answers within
-    // it: a missed quorum (rather than contention) has no holder TTL to go
-    // by and would wait out the long backoff.
-    let ttl = Duration::from_secs(2);
-    let holder_lock = common::lock_with(&testbed, |b| {
-        b.ttl(ttl).node_timeout(Duration::from_millis(200))
-    });
+    // it (the most a TTL allows is a tenth of it; 200 ms of a 2 s TTL once
+    // ran out during a build): a missed quorum (rather than contention)
+    // has no holder TTL to go by and would wait out the long backoff.
+    let ttl = Duration::from_secs(4);
+    let node_timeout = ttl / 10;
+    let holder_lock = common::lock_with(&testbed, |b| b.ttl(ttl).node_timeout(node_timeout));
     let holder = holder_lock.try_acquire("expiring").await.expect("holder");
     std::mem::forget(holder);
     // A long backoff: the waiter must use the holder's remaining TTL.
     let lock = common::lock_with(&testbed, |b| {
-        b.ttl(ttl).node_timeout(Duration::from_millis(200)).retry(
+        b.ttl(ttl).node_timeout(node_timeout).retry(
             RetryPolicy::default()
                 .with_base_delay(Duration::from_secs(60))
                 .with_max_delay(Duration::from_secs(60)),

@@ -353,10 +353,20 @@ pub async fn take_free(lock: &MultiLock, name: &str) -> quorumlock::LockGuard {
         .unwrap_or_else(|e| panic!("{name} is free: {e}"))
 }
 
+/// `lock`, connected to every node. A loaded machine can take longer than
+/// the connect timeout (1 s) to connect and load the scripts (three nodes
+/// at once did, during a build): warm up again, once the node's connect
+/// backoff lets it, within a bound.
 pub async fn connected(lock: MultiLock) -> MultiLock {
-    let results = lock.warm_up().await;
-    assert!(results.iter().all(Result::is_ok), "warm-up: {results:?}");
-    lock
+    let bound = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let results = lock.warm_up().await;
+        if results.iter().all(Result::is_ok) {
+            return lock;
+        }
+        assert!(tokio::time::Instant::now() < bound, "warm-up: {results:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Nodes the guard's acquire reached: confirmed, or still unanswered when

@@ -77,10 +77,21 @@ pub struct NodeArgs {
     )]
     pub nodes: Vec<String>,
     /// A TOML file with `nodes = ["redis://…", …]` and optional `ttl`,
-    /// `quarantine` (durations: "30s", or a number of seconds) and
-    /// `tls_ca` (a path, relative to the file).
+    /// `quarantine`, `node_timeout` (durations: "30s", or a number of
+    /// seconds) and `tls_ca` (a path, relative to the file).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// How long each node may take to answer one call before it counts as
+    /// failed (default 50ms): raise it for distant or busy nodes. Overrides
+    /// the config file's `node_timeout`.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_NODE_TIMEOUT",
+        value_parser = positive_duration,
+        value_name = "DURATION"
+    )]
+    pub node_timeout: Option<Duration>,
     /// A PEM file with the CA that signed the rediss:// nodes'
     /// certificates (default: the webpki roots, public CAs).
     #[arg(

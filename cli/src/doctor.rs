@@ -98,7 +98,7 @@ pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure
                 continue;
             }
         };
-        check_node(&mut conn, url, &mut add).await;
+        check_node(&mut conn, url, config.node_timeout(), &mut add).await;
         seen.push(Seen {
             node: node.clone(),
             offset_ms: clock_offset(&mut conn).await.unwrap_or(0),
@@ -139,13 +139,24 @@ pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure
 async fn check_node(
     conn: &mut MultiplexedConnection,
     url: &str,
+    node_timeout: Duration,
     add: &mut impl FnMut(Severity, &'static str, String),
 ) {
     match round_trip(conn).await {
+        // A script call takes longer than a PING: at half the node timeout
+        // a node is one busy moment away from counting as failed.
+        Ok(rtt) if rtt > node_timeout / 2 => add(
+            Severity::Warn,
+            "reachable",
+            format!(
+                "PING round trip {rtt:.1?} (median of 5) is more than half the node timeout \
+                 of {node_timeout:?}: raise --node-timeout (`node_timeout`)"
+            ),
+        ),
         Ok(rtt) => add(
             Severity::Ok,
             "reachable",
-            format!("PING round trip {rtt:.1?} (median of 5)"),
+            format!("PING round trip {rtt:.1?} (median of 5), node timeout {node_timeout:?}"),
         ),
         Err(e) => add(Severity::Error, "reachable", format!("PING failed: {e}")),
     }

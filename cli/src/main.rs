@@ -51,7 +51,10 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::UNAVAILABLE);
         }
     };
-    let from_command_line = matches.value_source("nodes") == Some(ValueSource::CommandLine);
+    let from_command_line = nodes::CommandLine {
+        nodes: matches.value_source("nodes") == Some(ValueSource::CommandLine),
+        node_timeout: matches.value_source("node_timeout") == Some(ValueSource::CommandLine),
+    };
     // On this (the main) thread: `run` starts the command from here, and
     // its parent-death signal is bound to the thread that forks it.
     let outcome = runtime.block_on(async {

@@ -51,9 +51,18 @@ struct File {
     nodes: Vec<String>,
     ttl: Option<FileDuration>,
     quarantine: Option<FileDuration>,
+    node_timeout: Option<FileDuration>,
     /// A PEM file of the CA that signed the `rediss://` nodes'
     /// certificates (relative to the config file's directory).
     tls_ca: Option<PathBuf>,
+}
+
+/// Which settings were flags on the command line (not the environment):
+/// a bad one is the user's, and a password there shows in `ps`.
+#[derive(Clone, Copy, Debug)]
+pub struct CommandLine {
+    pub nodes: bool,
+    pub node_timeout: bool,
 }
 
 /// Where a setting came from: a bad value exits with that source's code.
@@ -84,6 +93,9 @@ pub struct Settings {
     pub nodes_from: Source,
     pub ttl: Option<Duration>,
     pub quarantine: Option<Duration>,
+    /// The node timeout and where it came from (`--node-timeout` or
+    /// `QUORUMLOCK_NODE_TIMEOUT` before the file's `node_timeout`).
+    pub node_timeout: Option<(Duration, Source)>,
     /// The CA the `rediss://` nodes are checked against (PEM), instead of
     /// the webpki roots.
     tls_ca: Option<Vec<u8>>,
@@ -92,9 +104,9 @@ pub struct Settings {
 impl Settings {
     /// The nodes from `--nodes` (or `QUORUMLOCK_NODES`), else from the
     /// config file; the TTL and quarantine from the file, if given.
-    /// `from_command_line`: whether `--nodes` was on the command line
-    /// rather than in the environment.
-    pub fn resolve(args: &NodeArgs, from_command_line: bool) -> Result<Settings, Failure> {
+    /// `from_command_line`: whether `--nodes` (or `--node-timeout`) was on
+    /// the command line rather than in the environment.
+    pub fn resolve(args: &NodeArgs, from_command_line: CommandLine) -> Result<Settings, Failure> {
         let mut file = match &args.config {
             Some(path) => read_file(path)?,
             None => File::default(),
@@ -113,13 +125,15 @@ impl Settings {
             .map(|n| n.trim().to_owned())
             .filter(|n| !n.is_empty())
             .collect();
-        let (nodes, nodes_from) = if !from_flags.is_empty() {
-            let source = if from_command_line {
+        let flag_source = |on_command_line: bool| {
+            if on_command_line {
                 Source::CommandLine
             } else {
                 Source::Environment
-            };
-            (from_flags, source)
+            }
+        };
+        let (nodes, nodes_from) = if !from_flags.is_empty() {
+            (from_flags, flag_source(from_command_line.nodes))
         } else {
             (file.nodes, Source::File)
         };
@@ -146,6 +160,10 @@ impl Settings {
             nodes_from,
             ttl: parse("ttl", file.ttl)?,
             quarantine: parse("quarantine", file.quarantine)?,
+            node_timeout: match args.node_timeout {
+                Some(flag) => Some((flag, flag_source(from_command_line.node_timeout))),
+                None => parse("node_timeout", file.node_timeout)?.map(|t| (t, Source::File)),
+            },
             tls_ca,
         })
     }
@@ -171,6 +189,7 @@ impl Settings {
             inner: LockConfig::builder().nodes(self.nodes.iter().cloned()),
             nodes_from: self.nodes_from,
             ttl_from: Source::File,
+            timeout_from: Source::File,
         };
         Ok(builder.build()?.node_urls().map(str::to_owned).collect())
     }
@@ -207,10 +226,16 @@ impl Settings {
         if let Some(quarantine) = self.quarantine {
             inner = inner.quarantine(quarantine);
         }
+        let mut timeout_from = ttl_from;
+        if let Some((node_timeout, from)) = self.node_timeout {
+            inner = inner.node_timeout(node_timeout);
+            timeout_from = from;
+        }
         Ok(Builder {
             inner,
             nodes_from: self.nodes_from,
             ttl_from,
+            timeout_from,
         })
     }
 
@@ -226,6 +251,7 @@ pub struct Builder {
     inner: LockConfigBuilder,
     nodes_from: Source,
     ttl_from: Source,
+    timeout_from: Source,
 }
 
 impl Builder {
@@ -246,8 +272,8 @@ impl Builder {
                 | ConfigError::TlsNotEnabled { .. }
                 | ConfigError::NoSentinels { .. }
                 | ConfigError::NoNodes => Some(self.nodes_from),
+                ConfigError::NodeTimeoutOutOfRange { .. } => Some(self.timeout_from),
                 ConfigError::TtlOutOfRange { .. }
-                | ConfigError::NodeTimeoutOutOfRange { .. }
                 | ConfigError::NoValidityLeft { .. }
                 | ConfigError::LossMarginOutOfRange { .. }
                 | ConfigError::RenewIntervalOutOfRange { .. } => Some(self.ttl_from),

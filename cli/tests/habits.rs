@@ -203,3 +203,82 @@ fn rediss_nodes_work() {
         .expect("run");
     assert_eq!(code(bad.status), 64, "{bad:?}");
 }
+
+#[test]
+fn the_node_timeout_comes_from_the_flag_the_environment_or_the_file() {
+    let testbed = Testbed::start(3).expect("nodes");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("quorumlock.toml");
+    let nodes: Vec<String> = testbed.urls().iter().map(|u| format!("{u:?}")).collect();
+    let write = |node_timeout: &str| {
+        let text = format!(
+            "nodes = [{}]\nnode_timeout = {node_timeout}\n",
+            nodes.join(", ")
+        );
+        std::fs::write(&file, text).expect("write");
+    };
+    write("\"250ms\"");
+    // `doctor` reports the node timeout beside each node's round trip.
+    let doctor = |cmd: &mut Command| {
+        let out = cmd.arg("doctor").output().expect("doctor");
+        (code(out.status), text(&out.stdout))
+    };
+    let mut flag = Command::new(BIN);
+    flag.env("QUORUMLOCK_NODES", common::nodes(&testbed))
+        .env_remove("QUORUMLOCK_NODE_TIMEOUT")
+        .args(["--node-timeout", "300ms"]);
+    let mut environment = Command::new(BIN);
+    environment
+        .env("QUORUMLOCK_NODES", common::nodes(&testbed))
+        .env("QUORUMLOCK_NODE_TIMEOUT", "0.4");
+    let mut config = Command::new(BIN);
+    config
+        .env_remove("QUORUMLOCK_NODES")
+        .env_remove("QUORUMLOCK_NODE_TIMEOUT")
+        .args(["--config", path(&file)]);
+    let mut both = Command::new(BIN);
+    both.env_remove("QUORUMLOCK_NODES")
+        .args(["--config", path(&file), "--node-timeout", "2s"]);
+    let mut default = Command::new(BIN);
+    default
+        .env("QUORUMLOCK_NODES", common::nodes(&testbed))
+        .env_remove("QUORUMLOCK_NODE_TIMEOUT");
+    let cases = [
+        ("300ms", &mut flag),
+        ("400ms", &mut environment),
+        ("250ms", &mut config),
+        ("2s", &mut both),
+        ("50ms", &mut default),
+    ];
+    for (timeout, cmd) in cases {
+        let (status, stdout) = doctor(cmd);
+        assert_eq!(status, 0, "{timeout}: {stdout}");
+        assert_eq!(
+            stdout.matches(&format!("node timeout {timeout}")).count(),
+            3,
+            "{timeout} on every node: {stdout}"
+        );
+    }
+    // A zero or unreadable timeout is refused, naming its source: the
+    // user's flag or environment (64), the file (78).
+    let run = |cmd: &mut Command| {
+        let out = cmd.args(["run", "x", "--", "true"]).output().expect("run");
+        (code(out.status), text(&out.stderr))
+    };
+    let (status, stderr) = run(Command::new(BIN)
+        .env("QUORUMLOCK_NODES", common::nodes(&testbed))
+        .args(["--node-timeout", "0"]));
+    assert_eq!(status, 64, "{stderr}");
+    let (status, stderr) = run(Command::new(BIN)
+        .env("QUORUMLOCK_NODES", common::nodes(&testbed))
+        .env("QUORUMLOCK_NODE_TIMEOUT", "soon"));
+    assert_eq!(status, 64, "{stderr}");
+    assert!(stderr.contains("soon"), "{stderr}");
+    write("0");
+    let (status, stderr) = run(Command::new(BIN)
+        .env_remove("QUORUMLOCK_NODES")
+        .env_remove("QUORUMLOCK_NODE_TIMEOUT")
+        .args(["--config", path(&file)]));
+    assert_eq!(status, 78, "{stderr}");
+    assert!(stderr.contains("`node_timeout` is 0ns"), "{stderr}");
+}

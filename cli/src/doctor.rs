@@ -149,8 +149,8 @@ async fn check_node(
             Severity::Warn,
             "reachable",
             format!(
-                "PING round trip {rtt:.1?} (median of 5) is more than half the node timeout \
-                 of {node_timeout:?}: raise --node-timeout (`node_timeout`)"
+                "PING round trip {rtt:.1?} (median of 5), node timeout {node_timeout:?}: \
+                 over half of it, raise --node-timeout (`node_timeout`)"
             ),
         ),
         Ok(rtt) => add(

@@ -12,7 +12,14 @@
 //!   worker): acquisitions per second, and the CPU time each acquisition
 //!   costs the workers and the servers together.
 //! * S4: one of the 5 nodes paused (SIGSTOP): acquire and release p50 / p99.
-//! * S5: one of the 5 nodes killed: acquire p50.
+//! * S5: one of the 5 nodes killed: acquire p50 / p99; and, for
+//!   quorumlock, paired: a lock service whose fifth node is down against
+//!   one with every node up, timed round by round in turn (before S4).
+//! * S6: nodes at different distances, as across zones: each node behind
+//!   a proxy that delays both directions by its own latency (0.2, 0.5, 1,
+//!   5 and 20 ms one way): acquire and release p50 / p99, beside the p50
+//!   `PING` round trip of the quorum-th nearest node, the least a client
+//!   that decides at the quorum can take.
 //!
 //! The floor is the least any Redlock client does: `SET key token NX PX`
 //! sent concurrently to every node, decided when all answered, then a
@@ -37,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use quorumlock::{LockConfig, MultiLock, Wait};
-use quorumlock_testbed::Testbed;
+use quorumlock_testbed::{NetFault, Proxy, Testbed};
 use redis::aio::MultiplexedConnection;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -46,6 +53,20 @@ const HOLD: Duration = Duration::from_millis(1);
 const HOLD_SPIN: Duration = Duration::from_micros(200);
 /// The most time S4 and S5 spend per client.
 const S_FAULT_BUDGET: Duration = Duration::from_secs(15);
+/// S6's one-way delays, one per node: nearby, same zone, next zone, and
+/// two far regions. The proxies' timer ticks in whole ms, so a delay below
+/// 1 ms takes about 1 ms: the round trips S6 reports are measured through
+/// the proxies, not assumed.
+const S6_DELAYS: [Duration; 5] = [
+    Duration::from_micros(200),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_millis(5),
+    Duration::from_millis(20),
+];
+/// The most time S6 spends per client (a round of a client that waits for
+/// the farthest node takes over 80 ms).
+const S6_BUDGET: Duration = Duration::from_secs(10);
 const CAD: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
@@ -487,9 +508,26 @@ fn main() {
             micros(cpu) / (rate * window.as_secs_f64()),
         );
     }
+    if want("S6") {
+        s6(&runtime, &testbed, &kinds, &mut rows);
+    }
     if !(want("S4") || want("S5")) {
         report(&rows, &s1_samples, &s4_samples);
         return;
+    }
+    // S5, paired: before any fault, while every node is up.
+    if want("S5") && kinds.contains(&"quorumlock") {
+        eprintln!("quorumlock: S5 paired");
+        let (up, down) = runtime.block_on(dead_node_paired(&urls, 1000));
+        let row = rows.entry("quorumlock").or_default();
+        for (side, samples) in [("all up", &up), ("one down", &down)] {
+            for (label, p) in [("p50", 0.5), ("p99", 0.99)] {
+                row.set(
+                    &format!("S5 paired {side} acquire {label} µs"),
+                    micros(percentile(samples, p)),
+                );
+            }
+        }
     }
     // S4: node 4 paused.
     testbed.node_mut(4).pause().expect("pause node 4");
@@ -512,9 +550,121 @@ fn main() {
         runtime.block_on(async {
             let (acquire, _) = latencies_within(client, 300, S_FAULT_BUDGET).await;
             row.set("S5 acquire p50 µs", micros(percentile(&acquire, 0.5)));
+            row.set("S5 acquire p99 µs", micros(percentile(&acquire, 0.99)));
         });
     }
     report(&rows, &s1_samples, &s4_samples);
+}
+
+/// S5, paired: quorumlock with every node up, and a second lock service of
+/// the same process whose fifth node is down (a closed port, which refuses
+/// connections as a killed node's does), timed round by round in turn,
+/// each side first in every other round, on the same servers in the same
+/// seconds: the machine's drift between scenarios (±15 % over a day here)
+/// cancels out of the ratio. Each side warms up first, the down node's
+/// failed connects included. Returns the sorted (all up, one down)
+/// acquire latencies.
+async fn dead_node_paired(urls: &[String], rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let dead = format!("redis://{}", closed.local_addr().expect("its address"));
+    drop(closed);
+    let mut down = urls.to_vec();
+    *down.last_mut().expect("5 nodes") = dead;
+    let sides = [
+        ("up", Client::connect("quorumlock", urls).await),
+        ("down", Client::connect("quorumlock", &down).await),
+    ];
+    for (_, side) in &sides {
+        latencies(side, 200).await;
+    }
+    let mut samples = [Vec::new(), Vec::new()];
+    for i in 0..rounds {
+        for k in [i % 2, 1 - i % 2] {
+            let (label, side) = &sides[k];
+            let name = format!("s5p:{label}:{}", i % 64);
+            let began = Instant::now();
+            let Some(held) = side.acquire(&name).await else {
+                continue;
+            };
+            samples[k].push(began.elapsed());
+            side.release(held).await;
+        }
+    }
+    let [mut up, mut down] = samples;
+    up.sort_unstable();
+    down.sort_unstable();
+    (up, down)
+}
+
+/// S6: every node behind a delaying proxy ([`S6_DELAYS`]); each client
+/// connects through them, warms up, and is timed as in S1.
+fn s6<'a>(
+    runtime: &tokio::runtime::Runtime,
+    testbed: &Testbed,
+    kinds: &[&'a str],
+    rows: &mut BTreeMap<&'a str, Row>,
+) {
+    let proxies: Vec<Proxy> = testbed
+        .nodes()
+        .iter()
+        .zip(S6_DELAYS)
+        .map(|(node, latency)| {
+            let proxy = Proxy::start(node.addr()).expect("proxy");
+            proxy
+                .set_fault(NetFault::Delay {
+                    latency,
+                    jitter: Duration::ZERO,
+                })
+                .expect("delay");
+            proxy
+        })
+        .collect();
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let trips = runtime.block_on(round_trips(&urls));
+    // The quorum-th nearest node: no client that needs a majority can
+    // have it sooner.
+    let quorum_trip = micros(trips[urls.len() / 2]);
+    eprintln!(
+        "S6 round trips p50 (µs): {:?}",
+        trips.iter().map(|t| micros(*t).round()).collect::<Vec<_>>()
+    );
+    for kind in kinds {
+        eprintln!("{kind}: S6");
+        let row = rows.entry(*kind).or_default();
+        runtime.block_on(async {
+            let client = Client::connect(kind, &urls).await;
+            latencies_within(&client, 20, S6_BUDGET).await; // warm-up
+            let (acquire, release) = latencies_within(&client, 300, S6_BUDGET).await;
+            row.set("S6 rounds", acquire.len() as f64);
+            row.record_latencies("S6", &acquire, &release);
+            row.set("S6 quorum RTT p50 µs", quorum_trip);
+        });
+    }
+}
+
+/// The p50 `PING` round trip through each of `urls`, sorted, nearest first.
+async fn round_trips(urls: &[String]) -> Vec<Duration> {
+    let mut trips = Vec::new();
+    for url in urls {
+        let mut conn = redis::Client::open(url.as_str())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect through the proxy");
+        let mut samples = Vec::new();
+        for _ in 0..30 {
+            let began = Instant::now();
+            let _: String = redis::cmd("PING")
+                .query_async(&mut conn)
+                .await
+                .expect("PING through the proxy");
+            samples.push(began.elapsed());
+        }
+        samples.sort_unstable();
+        trips.push(percentile(&samples, 0.5));
+    }
+    trips.sort_unstable();
+    trips
 }
 
 /// User + system CPU time of process `pid` ("self" for this one), from
@@ -586,12 +736,33 @@ fn report(
     }
     let q1 = q("S1 acquire p50 µs");
     println!(
-        "\nquorumlock S4 / S1 (acquire p50, p99; release p50, p99): {:.2} {:.2} {:.2} {:.2}; S5 / S1 acquire p50: {:.2}",
+        "\nquorumlock S4 / S1 (acquire p50, p99; release p50, p99): {:.2} {:.2} {:.2} {:.2}; S5 / S1 acquire (p50, p99): {:.2} {:.2}",
         q("S4 acquire p50 µs") / q1,
         q("S4 acquire p99 µs") / q("S1 acquire p99 µs"),
         q("S4 release p50 µs") / q("S1 release p50 µs"),
         q("S4 release p99 µs") / q("S1 release p99 µs"),
         q("S5 acquire p50 µs") / q1,
+        q("S5 acquire p99 µs") / q("S1 acquire p99 µs"),
+    );
+    println!(
+        "S5 paired, one node down ÷ all up, round by round in one window (acquire p50, p99): {:.2} {:.2}",
+        q("S5 paired one down acquire p50 µs") / q("S5 paired all up acquire p50 µs"),
+        q("S5 paired one down acquire p99 µs") / q("S5 paired all up acquire p99 µs"),
+    );
+    let s6 = |kind: &str| {
+        let figure = |name: &str| {
+            rows.get(kind)
+                .and_then(|row| row.figures.get(name))
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        figure("S6 acquire p50 µs") / figure("S6 quorum RTT p50 µs")
+    };
+    println!(
+        "S6 acquire p50 / the quorum-th nearest node's round trip: quorumlock {:.2}, rslock {:.2}, floor {:.2}",
+        s6("quorumlock"),
+        s6("rslock"),
+        s6("floor"),
     );
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/peers");
     let _ = std::fs::create_dir_all(&dir);

@@ -234,18 +234,24 @@ async fn latencies_within(
             break;
         }
         let name = format!("s1:{}:{}", client.name(), i % 64);
-        let began = Instant::now();
-        let Some(held) = client.acquire(&name).await else {
-            continue;
-        };
-        let won = Instant::now();
-        client.release(held).await;
-        acquire.push(won - began);
-        release.push(won.elapsed());
+        if let Some((took, gave_back)) = timed_round(client, &name).await {
+            acquire.push(took);
+            release.push(gave_back);
+        }
     }
     acquire.sort_unstable();
     release.sort_unstable();
     (acquire, release)
+}
+
+/// One acquire and release of `name`: how long each took, or `None` if the
+/// name was not won.
+async fn timed_round(client: &Client, name: &str) -> Option<(Duration, Duration)> {
+    let began = Instant::now();
+    let held = client.acquire(name).await?;
+    let won = Instant::now();
+    client.release(held).await;
+    Some((won - began, won.elapsed()))
 }
 
 /// S2: `tasks` tasks on distinct names for `window`: operations per second.
@@ -518,16 +524,10 @@ fn main() {
     // S5, paired: before any fault, while every node is up.
     if want("S5") && kinds.contains(&"quorumlock") {
         eprintln!("quorumlock: S5 paired");
-        let (up, down) = runtime.block_on(dead_node_paired(&urls, 1000));
+        let [up, down] = runtime.block_on(dead_node_paired(&urls, 1000));
         let row = rows.entry("quorumlock").or_default();
-        for (side, samples) in [("all up", &up), ("one down", &down)] {
-            for (label, p) in [("p50", 0.5), ("p99", 0.99)] {
-                row.set(
-                    &format!("S5 paired {side} acquire {label} µs"),
-                    micros(percentile(samples, p)),
-                );
-            }
-        }
+        row.record_latencies("S5 paired all up", &up.0, &up.1);
+        row.record_latencies("S5 paired one down", &down.0, &down.1);
     }
     // S4: node 4 paused.
     testbed.node_mut(4).pause().expect("pause node 4");
@@ -562,9 +562,9 @@ fn main() {
 /// each side first in every other round, on the same servers in the same
 /// seconds: the machine's drift between scenarios (±15 % over a day here)
 /// cancels out of the ratio. Each side warms up first, the down node's
-/// failed connects included. Returns the sorted (all up, one down)
-/// acquire latencies.
-async fn dead_node_paired(urls: &[String], rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+/// failed connects included. Returns each side's sorted (acquire,
+/// release) latencies, all up first.
+async fn dead_node_paired(urls: &[String], rounds: usize) -> [(Vec<Duration>, Vec<Duration>); 2] {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let dead = format!("redis://{}", closed.local_addr().expect("its address"));
     drop(closed);
@@ -577,23 +577,22 @@ async fn dead_node_paired(urls: &[String], rounds: usize) -> (Vec<Duration>, Vec
     for (_, side) in &sides {
         latencies(side, 200).await;
     }
-    let mut samples = [Vec::new(), Vec::new()];
+    let mut samples: [(Vec<Duration>, Vec<Duration>); 2] = Default::default();
     for i in 0..rounds {
         for k in [i % 2, 1 - i % 2] {
             let (label, side) = &sides[k];
             let name = format!("s5p:{label}:{}", i % 64);
-            let began = Instant::now();
-            let Some(held) = side.acquire(&name).await else {
-                continue;
-            };
-            samples[k].push(began.elapsed());
-            side.release(held).await;
+            if let Some((took, gave_back)) = timed_round(side, &name).await {
+                samples[k].0.push(took);
+                samples[k].1.push(gave_back);
+            }
         }
     }
-    let [mut up, mut down] = samples;
-    up.sort_unstable();
-    down.sort_unstable();
-    (up, down)
+    for (acquire, release) in &mut samples {
+        acquire.sort_unstable();
+        release.sort_unstable();
+    }
+    samples
 }
 
 /// S6: every node behind a delaying proxy ([`S6_DELAYS`]); each client
@@ -700,14 +699,20 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// Figure `name` of client `kind`, NaN when it was not measured.
+fn figure(rows: &BTreeMap<&str, Row>, kind: &str, name: &str) -> f64 {
+    rows.get(kind)
+        .and_then(|row| row.figures.get(name))
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
 fn report(
     rows: &BTreeMap<&str, Row>,
     s1: &BTreeMap<&str, Vec<Duration>>,
     s4: &BTreeMap<&str, Vec<Duration>>,
 ) {
-    let empty = Row::default();
-    let q = &rows.get("quorumlock").unwrap_or(&empty).figures;
-    let q = |name: &str| q.get(name).copied().unwrap_or(f64::NAN);
+    let q = |name: &str| figure(rows, "quorumlock", name);
     let names: Vec<&str> = rows
         .get("quorumlock")
         .map(|row| row.figures.keys().map(String::as_str).collect())
@@ -717,12 +722,7 @@ fn report(
         "scenario", "quorumlock", "rslock", "floor", "q/rslock", "q/floor"
     );
     for name in &names {
-        let get = |kind: &str| {
-            rows.get(kind)
-                .and_then(|row| row.figures.get(*name))
-                .copied()
-                .unwrap_or(f64::NAN)
-        };
+        let get = |kind: &str| figure(rows, kind, name);
         let (qv, rv, fv) = (get("quorumlock"), get("rslock"), get("floor"));
         println!(
             "{:<22} {:>12.1} {:>12.1} {:>12.1} {:>10.3} {:>10.3}",
@@ -750,13 +750,7 @@ fn report(
         q("S5 paired one down acquire p99 µs") / q("S5 paired all up acquire p99 µs"),
     );
     let s6 = |kind: &str| {
-        let figure = |name: &str| {
-            rows.get(kind)
-                .and_then(|row| row.figures.get(name))
-                .copied()
-                .unwrap_or(f64::NAN)
-        };
-        figure("S6 acquire p50 µs") / figure("S6 quorum RTT p50 µs")
+        figure(rows, kind, "S6 acquire p50 µs") / figure(rows, kind, "S6 quorum RTT p50 µs")
     };
     println!(
         "S6 acquire p50 / the quorum-th nearest node's round trip: quorumlock {:.2}, rslock {:.2}, floor {:.2}",

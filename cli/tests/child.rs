@@ -342,7 +342,7 @@ fn ctrl_z_and_background_reads_stop_the_job_and_fg_continues_it() {
     // bash tells of a background job's change once it has reaped it, which
     // on a busy machine can be after a `jobs` typed at once (a loaded run
     // showed "Running" then): ask again until it says so, within a bound.
-    let mut asked = std::time::Instant::now();
+    let mut asked = Instant::now();
     type_in(b"jobs\n");
     wait_for(
         "the shell sees the job stopped",
@@ -353,7 +353,7 @@ fn ctrl_z_and_background_reads_stop_the_job_and_fg_continues_it() {
             }
             if asked.elapsed() > Duration::from_millis(500) {
                 type_in(b"jobs\n");
-                asked = std::time::Instant::now();
+                asked = Instant::now();
             }
             false
         },

@@ -35,7 +35,9 @@
 //! `QL_PEERS_SECS` sets the window of the throughput scenarios (default 5);
 //! `QL_PEERS_ONLY=S2,s3sep` runs only those scenarios and
 //! `QL_PEERS_CLIENTS=quorumlock` only those clients (for an A/B or a
-//! profile: a missing client's figures print as NaN).
+//! profile: a missing client's figures print as NaN);
+//! `QL_PEERS_COMMANDSTATS=1` prints each command's calls and µs inside the
+//! servers per S2 operation (where the server CPU goes).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -105,14 +107,7 @@ impl Client {
             }
             "rslock" => Client::Rslock(rslock::LockManager::new(urls.to_vec())),
             _ => {
-                let conns = join_all(urls.iter().map(|u| async move {
-                    redis::Client::open(u.as_str())
-                        .expect("url")
-                        .get_multiplexed_async_connection()
-                        .await
-                        .expect("connect")
-                }))
-                .await;
+                let conns = join_all(urls.iter().map(|u| connect(u))).await;
                 Client::Floor(Arc::new(conns))
             }
         }
@@ -485,8 +480,15 @@ fn main() {
             row.record_latencies("S1", &acquire, &release);
             s1_samples.insert(client.name(), acquire);
             let cpu_before = (cpu_time("self"), server_cpu(&server_pids));
+            let breakdown = std::env::var("QL_PEERS_COMMANDSTATS").is_ok();
+            if breakdown {
+                reset_command_stats(&urls).await;
+            }
             let rate = throughput(client, 32, window).await;
             let ops = rate * window.as_secs_f64();
+            if breakdown {
+                print_command_stats(client.name(), &urls, ops).await;
+            }
             row.set("S2 ops/s", rate);
             row.set(
                 "S2 client CPU µs/op",
@@ -641,15 +643,20 @@ fn s6<'a>(
     }
 }
 
+/// A connection of the bench's own to `url` (a node, or a proxy before it).
+async fn connect(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
 /// The p50 `PING` round trip through each of `urls`, sorted, nearest first.
 async fn round_trips(urls: &[String]) -> Vec<Duration> {
     let mut trips = Vec::new();
     for url in urls {
-        let mut conn = redis::Client::open(url.as_str())
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect through the proxy");
+        let mut conn = connect(url).await;
         let mut samples = Vec::new();
         for _ in 0..30 {
             let began = Instant::now();
@@ -689,6 +696,55 @@ fn stat_ticks(pid: &str, fields: [usize; 2]) -> Duration {
         .filter_map(|&i| values.get(i).and_then(|f| f.parse::<u64>().ok()))
         .sum();
     Duration::from_millis(ticks * 10)
+}
+
+/// `QL_PEERS_COMMANDSTATS=1`: zeroes every node's `INFO commandstats`
+/// before S2, so that [`print_command_stats`] shows where S2's server time
+/// goes.
+async fn reset_command_stats(urls: &[String]) {
+    for url in urls {
+        let mut c = connect(url).await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut c)
+            .await
+            .expect("resetstat");
+    }
+}
+
+/// Prints, summed over the nodes, each command's calls and µs inside
+/// Redis per S2 operation (acquire + release): what the servers' CPU time
+/// beyond the commands' own is (reading, parsing, replying) shows beside
+/// the S2 server CPU figure.
+async fn print_command_stats(client: &str, urls: &[String], ops: f64) {
+    let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for url in urls {
+        let mut c = connect(url).await;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut c)
+            .await
+            .expect("info");
+        for line in info.lines().filter(|l| l.starts_with("cmdstat_")) {
+            let (name, rest) = line["cmdstat_".len()..].split_once(':').unwrap_or(("", ""));
+            let field = |key: &str| {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(key))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            let entry = totals.entry(name.to_owned()).or_default();
+            entry.0 += field("calls=");
+            entry.1 += field("usec=");
+        }
+    }
+    for (name, (calls, usec)) in totals {
+        eprintln!(
+            "{client} S2 {name}: {:.2} calls/op, {:.2} µs/op",
+            calls / ops,
+            usec / ops
+        );
+    }
 }
 
 fn server_cpu(pids: &[u32]) -> Duration {

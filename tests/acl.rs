@@ -101,7 +101,7 @@ async fn the_documented_acl_line_is_enough() {
 async fn each_permission_of_the_line_is_needed() {
     // Dropping one script-side permission at a time: something fails.
     let needed_all = [
-        "+publish", "+pexpire", "+hset", "+time", "+evalsha", "+zadd", "+zrange", "+zrem",
+        "+publish", "+pexpire", "+hset", "+set", "+time", "+evalsha", "+zadd", "+zrange", "+zrem",
     ];
     for needed in needed_all {
         let testbed = testbed(&ACL.replace(needed, ""));

@@ -47,11 +47,7 @@ fn owner_on(group: &SentinelGroup, key: &str) -> Option<String> {
     let master = group.master_addr().expect("master");
     let client = redis::Client::open(format!("redis://{master}")).expect("client");
     let mut conn = client.get_connection().expect("connect");
-    redis::cmd("HGET")
-        .arg(key)
-        .arg("owner")
-        .query(&mut conn)
-        .expect("HGET")
+    quorumlock_testbed::lock_key::owner(&mut conn, key).expect("read the owner")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -369,11 +369,15 @@ async fn retries_after_contention_ask_the_gate_alone() {
 /// Whether lock `key` on `node` carries the mark of a waiting acquire.
 fn marked_on(node: &RedisNode, key: &str) -> bool {
     let mut conn = node.connection().expect("inspect node");
-    redis::cmd("HEXISTS")
-        .arg(key)
-        .arg("waiters")
-        .query(&mut conn)
-        .expect("HEXISTS")
+    match common::lock_key_on(&mut conn, key) {
+        common::LockKey::Absent => false,
+        common::LockKey::Single { marked, .. } => marked,
+        common::LockKey::Hash => redis::cmd("HEXISTS")
+            .arg(key)
+            .arg("waiters")
+            .query(&mut conn)
+            .expect("HEXISTS"),
+    }
 }
 
 /// A release nobody waits for publishes nothing, nor does one that only a

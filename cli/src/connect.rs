@@ -83,10 +83,10 @@ impl Inspector {
                     Some(conn) => conn,
                     None => connect_within(client, GLANCE).await.ok()?.0,
                 };
-                let mut hget = redis::cmd("HGET");
-                hget.arg(name).arg("owner");
-                let read = hget.query_async::<Option<Vec<u8>>>(&mut conn);
-                let owner = tokio::time::timeout(GLANCE, read).await.ok()?.ok()?;
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(crate::lock_key::READ).arg(1).arg(name);
+                let read = eval.query_async::<(Option<Vec<u8>>, u64)>(&mut conn);
+                let (owner, _holds) = tokio::time::timeout(GLANCE, read).await.ok()?.ok()?;
                 Some((i, conn, owner))
             }
         });

@@ -50,7 +50,8 @@ struct Seen {
 }
 
 /// The commands the library sends or its scripts run, as `ACL DRYRUN`
-/// checks them (key and channel names in the library's namespace).
+/// checks them (key and channel names in the library's namespace; a lock
+/// key is a string with one hold, a hash once re-entered).
 const NEEDED: &[&[&str]] = &[
     &["evalsha", "0000000000000000000000000000000000000000", "0"],
     &["eval", "return 1", "0"],
@@ -64,6 +65,11 @@ const NEEDED: &[&[&str]] = &[
     &["set", "quorumlock:fence:doctor", "1"],
     &["del", "quorumlock:fence:doctor"],
     &["exists", "quorumlock:forced:doctor"],
+    &["get", "quorumlock:doctor"],
+    &["set", "quorumlock:doctor", "x", "NX", "PX", "1"],
+    &["set", "quorumlock:doctor", "x", "KEEPTTL"],
+    &["del", "quorumlock:doctor"],
+    &["exists", "quorumlock:doctor"],
     &["hget", "quorumlock:doctor", "owner"],
     &["hmget", "quorumlock:doctor", "owner"],
     &["hset", "quorumlock:doctor", "owner", "x"],
@@ -71,6 +77,10 @@ const NEEDED: &[&[&str]] = &[
     &["hlen", "quorumlock:doctor"],
     &["pexpire", "quorumlock:doctor", "1"],
     &["pttl", "quorumlock:doctor"],
+    // A fair lock service's waiter queues.
+    &["zadd", "quorumlock:queue:doctor", "1", "x"],
+    &["zrange", "quorumlock:queue:doctor", "0", "0"],
+    &["zrem", "quorumlock:queue:doctor", "x"],
 ];
 
 pub async fn doctor(settings: &Settings, args: DoctorArgs) -> Result<u8, Failure> {
@@ -289,13 +299,12 @@ async fn check_acl(
             return;
         }
     };
-    let mut denied = Vec::new();
+    let mut denied: Vec<&str> = Vec::new();
     for command in NEEDED {
         let mut dryrun = redis::cmd("ACL");
         dryrun.arg("DRYRUN").arg(&user).arg(*command);
         match query::<String>(conn, &dryrun).await {
             Ok(reply) if reply == "OK" => {}
-            Ok(_) => denied.push(command[0].to_owned()),
             Err(e) if denied.is_empty() && e.contains("NOPERM") && e.contains("acl") => {
                 add(
                     Severity::Info,
@@ -304,7 +313,9 @@ async fn check_acl(
                 );
                 return;
             }
-            Err(_) => denied.push(command[0].to_owned()),
+            // Named once, however many of its forms are denied.
+            _ if denied.contains(&command[0]) => {}
+            _ => denied.push(command[0]),
         }
     }
     if denied.is_empty() {

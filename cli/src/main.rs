@@ -9,6 +9,7 @@ mod adopt;
 mod args;
 mod connect;
 mod doctor;
+mod lock_key;
 mod nodes;
 mod release;
 mod run;

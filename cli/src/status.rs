@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::args::{StatusArgs, exit};
 use crate::connect::{TIMEOUT, connect, query, server_time_ms};
+use crate::lock_key;
 use crate::nodes::{Failure, Settings};
 use crate::shown;
 
@@ -134,10 +135,7 @@ async fn read(
     quarantine: Duration,
 ) -> Result<Row, String> {
     let mut pipe = redis::pipe();
-    pipe.cmd("HGET").arg(name).arg("owner");
-    pipe.cmd("HLEN").arg(name);
-    // Not a hold: the mark a waiting acquire leaves (scripts/acquire.lua).
-    pipe.cmd("HEXISTS").arg(name).arg("waiters");
+    lock_key::read(&mut pipe, name);
     pipe.cmd("PTTL").arg(name);
     pipe.cmd("GET")
         .arg(format!("{RESERVED_PREFIX}fence:{name}"));
@@ -145,15 +143,13 @@ async fn read(
         .arg(format!("{RESERVED_PREFIX}forced:{name}"));
     pipe.cmd("GET").arg(format!("{RESERVED_PREFIX}epoch"));
     type Reply = (
-        Option<Vec<u8>>,
-        u64,
-        bool,
+        (Option<Vec<u8>>, u64),
         i64,
         Option<Vec<u8>>,
         bool,
         Option<Vec<u8>>,
     );
-    let (owner, fields, marked, pttl, fence, forced, marker): Reply =
+    let ((owner, holds), pttl, fence, forced, marker): Reply =
         match tokio::time::timeout(TIMEOUT, pipe.query_async(&mut conn)).await {
             Ok(reply) => reply.map_err(|e| e.to_string())?,
             Err(_) => return Err(format!("no answer within {} s", TIMEOUT.as_secs())),
@@ -164,7 +160,7 @@ async fn read(
         node: String::new(),
         error: None,
         owner: owner.map(|o| shown::bytes(&o[..o.len().min(8)])),
-        holds: fields.saturating_sub(1 + u64::from(marked)),
+        holds,
         pttl_ms: (pttl >= 0).then_some(pttl),
         fence: fence.and_then(|f| {
             let text = String::from_utf8_lossy(&f).into_owned();
@@ -207,7 +203,7 @@ const SCAN_COUNT: usize = 1000;
 /// How long the whole listing may take.
 const SCAN_BUDGET: Duration = Duration::from_secs(10);
 
-/// Scans each node for lock keys: hashes with an `owner` field and a TTL,
+/// Scans each node for lock keys (either form of [`lock_key`], with a TTL),
 /// outside the reserved namespace. Bounded in calls, names and time.
 async fn list_held(conns: &mut [Result<MultiplexedConnection, String>], limit: usize) -> Listing {
     let began = Instant::now();
@@ -236,27 +232,21 @@ async fn scan_node(
         if began.elapsed() > SCAN_BUDGET {
             return Err(format!("stopped after {} s", SCAN_BUDGET.as_secs()));
         }
+        // Every type: a lock key is a string or a hash.
         let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .arg("TYPE")
-            .arg("hash");
+        scan.arg(cursor).arg("COUNT").arg(SCAN_COUNT);
         let (next, keys): (u64, Vec<Vec<u8>>) = query(conn, &scan).await?;
-        for key in keys {
+        let keys: Vec<String> = keys
+            .into_iter()
             // Lock names are text (the library takes &str).
-            let Ok(key) = String::from_utf8(key) else {
-                continue;
-            };
-            if key.starts_with(RESERVED_PREFIX) || names.contains(&key) {
-                continue;
+            .filter_map(|key| String::from_utf8(key).ok())
+            .filter(|key| !key.starts_with(RESERVED_PREFIX) && !names.contains(key))
+            .collect();
+        for key in held(conn, keys).await? {
+            if names.len() >= limit {
+                return Err(format!("stopped at --limit {limit} names"));
             }
-            if is_lock(conn, &key).await {
-                if names.len() >= limit {
-                    return Err(format!("stopped at --limit {limit} names"));
-                }
-                names.insert(key);
-            }
+            names.insert(key);
         }
         if next == 0 {
             return Ok(());
@@ -266,16 +256,20 @@ async fn scan_node(
     Err(format!("stopped after {MAX_SCAN_CALLS} SCAN calls"))
 }
 
-/// Whether `key` looks like a held lock: an `owner` field and a TTL. A key
-/// the user may not read (an ACL) is not listed.
-async fn is_lock(conn: &mut MultiplexedConnection, key: &str) -> bool {
-    let mut pipe = redis::pipe();
-    pipe.cmd("HEXISTS").arg(key).arg("owner");
-    pipe.cmd("PTTL").arg(key);
-    matches!(
-        tokio::time::timeout(TIMEOUT, pipe.query_async::<(bool, i64)>(conn)).await,
-        Ok(Ok((true, pttl))) if pttl > 0
-    )
+/// Those of `keys` (one `SCAN` page) that look like held locks, judged on
+/// the node in one call ([`lock_key::HELD`]). A key the user may not read
+/// (an ACL) is not listed.
+async fn held(conn: &mut MultiplexedConnection, keys: Vec<String>) -> Result<Vec<String>, String> {
+    if keys.is_empty() {
+        return Ok(keys);
+    }
+    let found: Vec<usize> = query(conn, &lock_key::held(&keys)).await?;
+    let mut keys: Vec<Option<String>> = keys.into_iter().map(Some).collect();
+    // Indexes from 1; one out of range (a lying node) is ignored.
+    Ok(found
+        .into_iter()
+        .filter_map(|i| keys.get_mut(i.checked_sub(1)?)?.take())
+        .collect())
 }
 
 impl Listing {

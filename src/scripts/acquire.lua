@@ -3,24 +3,26 @@
 -- KEYS[2m+1..3m] their waiter queues, KEYS[3m+1..4m] the queues' leases
 -- (queue.lua); then the epoch marker (epoch.lua), except in a batch, whose
 -- one marker key follows every call's keys.
+-- (Read as KEYS[ko + i] and ARGV[ao + i], nk keys and na arguments: a
+-- call's own, also in a batch, whose calls share KEYS and ARGV; see
+-- batch.lua.)
 -- ARGV[1] owner token, ARGV[2] this hold's entry id, ARGV[3] TTL in ms,
--- ARGV[4] '1' when the caller waits for a release notice; ARGV[5] its
--- queue id when it queues (a fair lock service), '' when it does not;
--- ARGV[6] its ticket, ARGV[7] its place's lease in ms; ARGV[8] the
--- settled marker and ARGV[9] the quarantine in ms (epoch.lua).
+-- ARGV[4] '1' when the caller waits for a release notice; only when it
+-- queues (a fair lock service; na = 7): ARGV[5] its queue id, ARGV[6] its
+-- ticket, ARGV[7] its place's lease in ms. Then the settled marker and the
+-- quarantine in ms (epoch.lua).
 --
--- A lock key is a hash: field `owner` = the owner token, plus one field per
--- hold (entry id) of that owner, and the waiters' mark once a waiter left
--- one (below); the hold count is the rest. The owner may take it again
--- (re-entry: one more entry); anyone else is refused.
+-- A lock key is a string "<owner> <entry>" while it has one hold, a hash
+-- once its owner takes it again (re-entry: one more entry; layout.lua);
+-- anyone else is refused.
 --
 -- Release notices go only to waiters: a caller that waits (ARGV[4] = '1')
--- and finds a key held by another owner marks it, field `waiters` = 1
--- (the owner, the holds and the TTL are left as they are); one that queues
+-- and finds a key held by another owner marks it (layout.lua; the owner,
+-- the holds and the TTL are left as they are); one that queues
 -- also takes a place in the name's queue (queue.lua), and a key taken
 -- while others queue for it is marked at once. The release that frees a
 -- marked key publishes; one that frees an unmarked key costs no PUBLISH
--- (nor a look at the queue). The hold count is HLEN - 1 - the mark.
+-- (nor a look at the queue).
 --
 -- A free key is taken only by the queue's first waiter (or another waiter
 -- of its lock service, whose waiters take turns), or by anyone when nobody
@@ -35,15 +37,43 @@
 --        {0, pttl, i} when key i is held by another owner (pttl -1: the
 --        holder set no expiry); no lock key is written then;
 --        {0, -2, i} when key i is free but a waiter is queued ahead of us.
--- A key of another type fails with WRONGTYPE (HLEN): never overwritten. A
--- hash without an owner field is someone else's data: refused.
--- The free path (the common one) costs HLEN, EXISTS, HSET, PEXPIRE and GET.
+-- A key of another type, or a string that is not a lock key, fails with
+-- WRONGTYPE: never overwritten. A hash without an owner field is someone
+-- else's data: refused.
+-- The free path (the common one) costs EXISTS (the queue), SET NX PX and
+-- the counter's GET; the rest only runs when a key is held or queued for.
 local young = quorumlock_young()
-local m = math.floor(#KEYS / 4)
-local ttl = tonumber(ARGV[3])
-local me = ARGV[5]
+local m = math.floor(nk / 4)
+local hold = ARGV[ao + 1] .. ' ' .. ARGV[ao + 2]
+-- Every key free and nobody queued for it: each taken with SET NX PX.
+local taken = 0
+for i = 1, m do
+  if redis.call('EXISTS', KEYS[ko + 2 * m + i]) == 1
+    or not redis.call('SET', KEYS[ko + i], hold, 'NX', 'PX', ARGV[ao + 3]) then
+    break
+  end
+  taken = i
+end
+local function won()
+  local out = {1}
+  for i = 1, m do
+    local value, current = quorumlock_counter(KEYS[ko + m + i])
+    out[#out + 1] = value
+    out[#out + 1] = current
+  end
+  return quorumlock_answer(young, out)
+end
+if taken == m then
+  return won()
+end
+-- All or nothing: what the loop took goes back before anyone saw it.
+for i = 1, taken do
+  redis.call('DEL', KEYS[ko + i])
+end
+local ttl = tonumber(ARGV[ao + 3])
+local me = na > 4 and ARGV[ao + 5] or ''
 local function queue(i)
-  return KEYS[2 * m + i], KEYS[3 * m + i]
+  return KEYS[ko + 2 * m + i], KEYS[ko + 3 * m + i]
 end
 -- A waiter refused anywhere keeps its place on every name of its lock.
 local function join_every_queue()
@@ -52,22 +82,28 @@ local function join_every_queue()
   end
   for i = 1, m do
     local q, leases = queue(i)
-    quorumlock_enqueue(q, leases, me, ARGV[6], tonumber(ARGV[7]))
+    quorumlock_enqueue(q, leases, me, ARGV[ao + 6], tonumber(ARGV[ao + 7]))
   end
 end
-local fresh = {}
+-- Per key: fresh (free), or ours in string form (its re-entry turns it
+-- into a hash) or in hash form.
+local fresh, strings = {}, {}
 for i = 1, m do
-  if redis.call('HLEN', KEYS[i]) == 0 then
+  local state, owner, entry, marked = quorumlock_read(KEYS[ko + i])
+  if state == 'free' then
     fresh[i] = true
   else
-    local owner = redis.call('HGET', KEYS[i], 'owner')
-    if owner ~= ARGV[1] then
-      if owner and ARGV[4] == '1' then
-        redis.call('HSET', KEYS[i], 'waiters', 1)
+    if state == 'hash' then
+      owner = redis.call('HGET', KEYS[ko + i], 'owner')
+    end
+    if owner ~= ARGV[ao + 1] then
+      if owner and ARGV[ao + 4] == '1' then
+        quorumlock_mark(KEYS[ko + i], state, owner, entry, marked)
         join_every_queue()
       end
-      return quorumlock_answer(young, {0, redis.call('PTTL', KEYS[i]), i})
+      return quorumlock_answer(young, {0, redis.call('PTTL', KEYS[ko + i]), i})
     end
+    strings[i] = state == 'string'
   end
 end
 -- Free, or ours (re-entry, never queued): ours if nobody waits ahead.
@@ -77,7 +113,7 @@ for i = 1, m do
   if fresh[i] and redis.call('EXISTS', q) == 1 then
     queued[i] = true
     if me ~= '' then
-      quorumlock_enqueue(q, leases, me, ARGV[6], tonumber(ARGV[7]))
+      quorumlock_enqueue(q, leases, me, ARGV[ao + 6], tonumber(ARGV[ao + 7]))
     end
     local first = quorumlock_head(q, leases)
     if first ~= nil and first ~= me and not quorumlock_same_service(first, me) then
@@ -86,26 +122,29 @@ for i = 1, m do
     end
   end
 end
-local out = {1}
 for i = 1, m do
-  -- Arguments as strings: a Lua number would be formatted for each call.
-  redis.call('HSET', KEYS[i], 'owner', ARGV[1], ARGV[2], '1')
-  -- Never shorten: another hold of the same owner may have a longer TTL.
-  if fresh[i] or redis.call('PTTL', KEYS[i]) < ttl then
-    redis.call('PEXPIRE', KEYS[i], ARGV[3])
-  end
-  if queued[i] then
-    local q, leases = queue(i)
-    if me ~= '' then
-      quorumlock_dequeue(q, leases, me)
+  if fresh[i] then
+    local mark = ''
+    if queued[i] then
+      local q, leases = queue(i)
+      if me ~= '' then
+        quorumlock_dequeue(q, leases, me)
+      end
+      -- Others still queue: the release must announce itself to them.
+      if redis.call('EXISTS', q) == 1 then
+        mark = ' w'
+      end
     end
-    -- Others still queue: the release must announce itself to them.
-    if redis.call('EXISTS', q) == 1 then
-      redis.call('HSET', KEYS[i], 'waiters', 1)
+    redis.call('SET', KEYS[ko + i], hold .. mark, 'PX', ARGV[ao + 3])
+  else
+    if strings[i] then
+      quorumlock_as_hash(KEYS[ko + i])
+    end
+    redis.call('HSET', KEYS[ko + i], 'owner', ARGV[ao + 1], ARGV[ao + 2], '1')
+    -- Never shorten: another hold of the same owner may have a longer TTL.
+    if redis.call('PTTL', KEYS[ko + i]) < ttl then
+      redis.call('PEXPIRE', KEYS[ko + i], ARGV[ao + 3])
     end
   end
-  local value, current = quorumlock_counter(KEYS[m + i])
-  out[#out + 1] = value
-  out[#out + 1] = current
 end
-return quorumlock_answer(young, out)
+return won()

@@ -8,12 +8,22 @@
 local young = quorumlock_young()
 local ttl = tonumber(ARGV[3])
 local m = #KEYS - 1
+local strings = {}
 for i = 1, m do
-  if redis.call('HGET', KEYS[i], 'owner') ~= ARGV[1] then
+  local state, owner = quorumlock_read(KEYS[i])
+  if state == 'hash' then
+    owner = redis.call('HGET', KEYS[i], 'owner')
+  end
+  if owner ~= ARGV[1] then
     return quorumlock_answer(young, 0)
   end
+  strings[i] = state == 'string'
 end
 for i = 1, m do
+  -- A second hold: the hash form (layout.lua).
+  if strings[i] then
+    quorumlock_as_hash(KEYS[i])
+  end
   redis.call('HSET', KEYS[i], ARGV[2], 1)
   if redis.call('PTTL', KEYS[i]) < ttl then
     -- The argument as it came: a Lua number would be formatted.

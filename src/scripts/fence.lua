@@ -23,7 +23,7 @@ quorumlock_young()
 local m = (#KEYS - 1) / 3
 local absent = {}
 for i = 1, m do
-  local owner = redis.pcall('HGET', KEYS[i], 'owner')
+  local owner = quorumlock_owner(KEYS[i])
   -- Absent and not force-released (quorumlock:forced:<key>): re-taken.
   if owner == false and redis.call('EXISTS', KEYS[i], KEYS[2 * m + i]) == 0 then
     absent[#absent + 1] = KEYS[i]
@@ -45,8 +45,7 @@ for i = 1, m do
   current[i] = c
 end
 for _, key in ipairs(absent) do
-  redis.call('HSET', key, 'owner', ARGV[1], ARGV[3], 1)
-  redis.call('PEXPIRE', key, ARGV[4])
+  redis.call('SET', key, ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[4])
 end
 local epoch_id = quorumlock_epoch()
 for i = 1, m do

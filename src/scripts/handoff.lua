@@ -24,12 +24,9 @@ if ARGV[3] ~= '' then
 end
 local r, marked = quorumlock_give_back(KEYS[1], ARGV[1], ARGV[2])
 if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'owner', ARGV[4], ARGV[5], 1)
-  if r == 1 and marked then
-    -- Waiters in other processes still wait: the next release announces.
-    redis.call('HSET', KEYS[1], 'waiters', 1)
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  -- Waiters in other processes still wait: the next release announces.
+  local mark = (r == 1 and marked) and ' w' or ''
+  redis.call('SET', KEYS[1], ARGV[4] .. ' ' .. ARGV[5] .. mark, 'PX', ARGV[7])
   if ARGV[6] ~= '' then
     quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[6])
   end

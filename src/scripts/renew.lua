@@ -12,10 +12,30 @@
 --   0  some key is held by another owner, or was force-released (absent,
 --      with a `quorumlock:forced:<key>` marker): nothing written for this guard
 --  -1  some key holds a value of another type: nothing written
--- HMGET runs under pcall so that one wrong-typed key cannot fail the
+-- Keys are read under pcall so that one wrong-typed key cannot fail the
 -- renewal of every other guard in the batch. A key that already carries our
--- hold is only given its TTL (no write to the hash): the common case costs
--- HMGET, PTTL and at most a PEXPIRE.
+-- hold is only given its TTL (no write to the hold): the common case, a
+-- string key (layout.lua), costs GET, PTTL and at most a PEXPIRE.
+-- Key `key` as renewing hold `entry` sees it: its form ('string', 'hash',
+-- or 'other': a value of another type), its owner (false: absent, or a
+-- hash without one) and whether it carries `entry`. Never raises.
+local function renew_read(key, entry)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'string' then
+    local owner, held = quorumlock_parse(v)
+    if not owner then
+      return 'other'
+    end
+    return 'string', owner, held == entry
+  elseif not v then
+    return 'string', false, false
+  end
+  local found = redis.pcall('HMGET', key, 'owner', entry)
+  if found.err then
+    return 'other'
+  end
+  return 'hash', found[1], found[2] ~= false
+end
 local young = quorumlock_young()
 local out = {}
 local k = 1
@@ -28,13 +48,13 @@ while a < #ARGV - 1 do
   local code = 1
   -- Per key: 'ok' (ours, entry present), 'entry' (ours, entry missing),
   -- 'absent' (re-take).
-  local state = {}
+  local state, strings = {}, {}
   for i = k, k + n - 1 do
-    local found = redis.pcall('HMGET', KEYS[i], 'owner', entry)
-    if found.err then
+    local found, owner, held = renew_read(KEYS[i], entry)
+    if found == 'other' then
       code = -1
       break
-    elseif found[1] == false then
+    elseif owner == false then
       -- Held by another (or not a lock key), or force-released by an
       -- operator (quorumlock:forced:<key>): never re-taken.
       if redis.call('EXISTS', KEYS[i], KEYS[forced + i]) > 0 then
@@ -43,11 +63,12 @@ while a < #ARGV - 1 do
       end
       state[i] = 'absent'
       code = 2
-    elseif found[1] ~= token then
+    elseif owner ~= token then
       code = 0
       break
-    elseif found[2] == false then
+    elseif not held then
       state[i] = 'entry'
+      strings[i] = found == 'string'
       code = 2
     else
       state[i] = 'ok'
@@ -56,10 +77,12 @@ while a < #ARGV - 1 do
   if code > 0 then
     for i = k, k + n - 1 do
       if state[i] == 'absent' then
-        redis.call('HSET', KEYS[i], 'owner', token, entry, 1)
-        redis.call('PEXPIRE', KEYS[i], ARGV[a + 2])
+        redis.call('SET', KEYS[i], token .. ' ' .. entry, 'PX', ARGV[a + 2])
       else
         if state[i] == 'entry' then
+          if strings[i] then
+            quorumlock_as_hash(KEYS[i])
+          end
           redis.call('HSET', KEYS[i], entry, 1)
         end
         if redis.call('PTTL', KEYS[i]) < ttl then

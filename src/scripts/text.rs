@@ -1,7 +1,7 @@
 //! Each script's text as it is sent: its own `.lua` after the shared parts
 //! it calls, each defined once (`clock.lua` the server's clock, `epoch.lua`
-//! a vote's epoch check, `queue.lua` the waiter queues, `hold.lua` giving
-//! back one hold).
+//! a vote's epoch check, `queue.lua` the waiter queues, `layout.lua` the
+//! lock keys' two forms, `hold.lua` giving back one hold).
 //! A file of constants only, so that the tests include it as it is
 //! (`#[path]`) and look for the very scripts the library sends.
 
@@ -10,6 +10,9 @@ pub(crate) const ACQUIRE: &str = concat!(
     include_str!("clock.lua"),
     include_str!("epoch.lua"),
     include_str!("queue.lua"),
+    include_str!("layout.lua"),
+    // Its own keys and arguments, the vote's last two (epoch.lua) not counted.
+    "local ko, nk, ao, na = 0, #KEYS, 0, #ARGV - 2\n",
     include_str!("acquire.lua")
 );
 
@@ -17,7 +20,9 @@ pub(crate) const ACQUIRE: &str = concat!(
 pub(crate) const RELEASE: &str = concat!(
     include_str!("clock.lua"),
     include_str!("queue.lua"),
+    include_str!("layout.lua"),
     include_str!("hold.lua"),
+    "local ko, nk, ao, na = 0, #KEYS, 0, #ARGV\n",
     include_str!("release.lua")
 );
 
@@ -26,10 +31,11 @@ pub(crate) const BATCH: &str = concat!(
     include_str!("clock.lua"),
     include_str!("epoch.lua"),
     include_str!("queue.lua"),
+    include_str!("layout.lua"),
     include_str!("hold.lua"),
-    "local function quorumlock_acquire(KEYS, ARGV)\n",
+    "local function quorumlock_acquire(ko, nk, ao, na)\n",
     include_str!("acquire.lua"),
-    "end\nlocal function quorumlock_release(KEYS, ARGV)\n",
+    "end\nlocal function quorumlock_release(ko, nk, ao, na)\n",
     include_str!("release.lua"),
     "end\n",
     include_str!("batch.lua")
@@ -42,6 +48,7 @@ pub(crate) const FORCE_RELEASE: &str = include_str!("force_release.lua");
 pub(crate) const EXTEND: &str = concat!(
     include_str!("clock.lua"),
     include_str!("epoch.lua"),
+    include_str!("layout.lua"),
     include_str!("extend.lua")
 );
 
@@ -49,6 +56,7 @@ pub(crate) const EXTEND: &str = concat!(
 pub(crate) const RENEW: &str = concat!(
     include_str!("clock.lua"),
     include_str!("epoch.lua"),
+    include_str!("layout.lua"),
     include_str!("renew.lua")
 );
 
@@ -56,6 +64,7 @@ pub(crate) const RENEW: &str = concat!(
 pub(crate) const FENCE: &str = concat!(
     include_str!("clock.lua"),
     include_str!("epoch.lua"),
+    include_str!("layout.lua"),
     include_str!("fence.lua")
 );
 
@@ -64,6 +73,7 @@ pub(crate) const HANDOFF: &str = concat!(
     include_str!("clock.lua"),
     include_str!("epoch.lua"),
     include_str!("queue.lua"),
+    include_str!("layout.lua"),
     include_str!("hold.lua"),
     include_str!("handoff.lua")
 );

@@ -23,8 +23,6 @@
 
 use std::time::{Duration, Instant};
 
-use redis::Value;
-
 use crate::RedisNode;
 
 /// How long the check waits for what it found to go (a release finishing
@@ -145,11 +143,7 @@ fn judge(conn: &mut redis::Connection, key: &str, declared: &Declared) -> Option
     if declared.allows(key) {
         return None;
     }
-    let owner: Value = redis::cmd("HGET").arg(key).arg("owner").query(conn).ok()?;
-    let owner = match owner {
-        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        _ => return None,
-    };
+    let owner = crate::lock_key::owner(conn, key).ok()??;
     let pttl = pttl(conn, key);
     Some(format!("a lock key of owner {owner}, PTTL {pttl} ms"))
 }

@@ -65,6 +65,7 @@ pub mod failover;
 pub mod fakeclock;
 pub mod hostile;
 mod leftovers;
+pub mod lock_key;
 mod node;
 mod options;
 pub mod pki;

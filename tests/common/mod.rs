@@ -43,27 +43,81 @@ pub async fn every_node_lock(testbed: &Testbed) -> MultiLock {
 }
 
 /// The owner token stored under lock `key` on one node (`None`: absent).
+/// See [`lock_key_on`] for the two forms of a lock key.
 pub fn value_on(node: &RedisNode, key: &str) -> Option<String> {
-    let mut conn = node.connection().expect("inspect node");
-    redis::cmd("HGET")
-        .arg(key)
-        .arg("owner")
-        .query(&mut conn)
-        .expect("HGET owner")
+    owner_of(&mut node.connection().expect("inspect node"), key)
 }
 
 /// How many holds lock `key` has on one node (the re-entry count; 0 when
 /// the key is absent).
 pub fn holds_on(node: &RedisNode, key: &str) -> usize {
-    let mut conn = node.connection().expect("inspect node");
-    let fields: usize = redis::cmd("HLEN").arg(key).query(&mut conn).expect("HLEN");
-    // Not holds: the owner, and the mark a waiting acquire leaves.
-    let marked: bool = redis::cmd("HEXISTS")
-        .arg(key)
-        .arg("waiters")
-        .query(&mut conn)
-        .expect("HEXISTS");
-    fields.saturating_sub(1 + usize::from(marked))
+    holds_of(&mut node.connection().expect("inspect node"), key)
+}
+
+/// The owner token of lock `key` on `conn`'s node (`None`: absent).
+pub fn owner_of(conn: &mut redis::Connection, key: &str) -> Option<String> {
+    match lock_key_on(conn, key) {
+        LockKey::Absent => None,
+        LockKey::Single { owner, .. } => Some(owner),
+        LockKey::Hash => redis::cmd("HGET")
+            .arg(key)
+            .arg("owner")
+            .query(conn)
+            .expect("HGET owner"),
+    }
+}
+
+/// The holds of lock `key` on `conn`'s node (0: absent).
+pub fn holds_of(conn: &mut redis::Connection, key: &str) -> usize {
+    match lock_key_on(conn, key) {
+        LockKey::Absent => 0,
+        LockKey::Single { .. } => 1,
+        LockKey::Hash => {
+            let fields: usize = redis::cmd("HLEN").arg(key).query(conn).expect("HLEN");
+            // Not holds: the owner, and the mark a waiting acquire leaves.
+            let marked: bool = redis::cmd("HEXISTS")
+                .arg(key)
+                .arg("waiters")
+                .query(conn)
+                .expect("HEXISTS");
+            fields.saturating_sub(1 + usize::from(marked))
+        }
+    }
+}
+
+/// A lock key's form on one node.
+pub enum LockKey {
+    Absent,
+    /// One hold, as a string: its owner token, and whether a waiter
+    /// marked it.
+    Single {
+        owner: String,
+        marked: bool,
+    },
+    /// Held more than once (or planted by a test with `HSET`): a hash,
+    /// read with the `H*` commands.
+    Hash,
+}
+
+/// Reads which form lock `key` has on `conn`'s node: a string `"<owner>
+/// <entry>"` (`" w"` after it once a waiter marked it) while it has one
+/// hold, a hash (field `owner`, one field per hold, `waiters` once marked)
+/// once re-entered. One call, so a key that expires meanwhile reads as
+/// absent, not as an error. Panics on a string in neither form (someone
+/// else's data), as reading a key of another type does.
+pub fn lock_key_on(conn: &mut redis::Connection, key: &str) -> LockKey {
+    match redis::cmd("GET").arg(key).query::<Option<String>>(conn) {
+        Ok(None) => LockKey::Absent,
+        Ok(Some(value)) => match quorumlock_testbed::lock_key::parse(&value) {
+            Some((owner, marked)) => LockKey::Single {
+                owner: owner.to_owned(),
+                marked,
+            },
+            None => panic!("{key} is a string but not a lock key: {value:?}"),
+        },
+        Err(e) if e.code() == Some("WRONGTYPE") => LockKey::Hash,
+        Err(e) => panic!("GET {key}: {e}"),
+    }
 }
 
 /// The fencing counter of lock `key` on one node (`None`: absent). Stored

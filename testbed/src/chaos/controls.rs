@@ -529,10 +529,9 @@ async fn lost_release(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> 
     tokio::time::sleep(Duration::from_millis(800)).await;
     for (i, node) in nodes.nodes().iter().enumerate() {
         let mut conn = node.connection()?;
-        let (owner, pttl_ms): (Option<String>, i64) = redis::pipe()
-            .cmd("HGET")
-            .arg(key)
-            .arg("owner")
+        let mut pipe = redis::pipe();
+        crate::lock_key::read_owner(&mut pipe, key);
+        let (owner, pttl_ms): (Option<String>, i64) = pipe
             .cmd("PTTL")
             .arg(key)
             .query(&mut conn)

@@ -337,11 +337,8 @@ fn probe(cluster: &Cluster, log: &HistoryWriter, end: Instant, names: &[String])
             drop(slot);
             let mut pipe = redis::pipe();
             for name in names {
-                pipe.cmd("HGET")
-                    .arg(name)
-                    .arg("owner")
-                    .cmd("PTTL")
-                    .arg(name);
+                crate::lock_key::read_owner(&mut pipe, name);
+                pipe.cmd("PTTL").arg(name);
             }
             // Stamped before the read is sent: what it finds was there at
             // some instant after the stamp. A stamp taken at the reply (or

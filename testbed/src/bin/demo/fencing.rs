@@ -489,8 +489,25 @@ async fn take_turns(
     Ok((tokens, rejected))
 }
 
-/// The hold count (the hash's fields less `owner` and a waiter's mark) of
-/// `key` on every node, once everything
+/// The holds of lock key `KEYS[1]`: 1 for its string form (`"<owner>
+/// <entry>"`, `" w"` after it once a waiter marked it), the hash's fields
+/// less `owner` and a waiter's mark for its hash form (re-entered), 0 when
+/// absent; an error for a key that is not a lock key.
+const HOLDS: &str = r"
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' then
+  local _, _, rest = string.match(v, '^([0-9a-f]+) ([0-9a-f]+)(.*)$')
+  if rest == '' or rest == ' w' then
+    return 1
+  end
+  return redis.error_reply('not a lock key')
+elseif not v then
+  return 0
+end
+return redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'waiters')
+";
+
+/// The hold count ([`HOLDS`]) of `key` on every node, once everything
 /// `lock` sent has run there: an acquire returns at its quorum, and a probe
 /// hold released through the same connections is queued behind the rest.
 async fn hold_counts(lock: &MultiLock, testbed: &LockNodes, key: &str) -> Vec<Option<i64>> {
@@ -498,9 +515,7 @@ async fn hold_counts(lock: &MultiLock, testbed: &LockNodes, key: &str) -> Vec<Op
         probe.release().await;
     }
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg("return redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'waiters')")
-        .arg(1)
-        .arg(key);
+    cmd.arg(HOLDS).arg(1).arg(key);
     let mut out = Vec::with_capacity(testbed.len());
     for url in testbed.urls() {
         out.push(on_node::<i64>(&url, &cmd).await.ok().map(|n| n.max(0)));
@@ -761,10 +776,22 @@ async fn transfer_worker(
     }
 }
 
-/// The owner of each lock key on one node, read in one script (one instant).
+/// The owner of each lock key on one node, read in one script (one instant):
+/// a string `"<owner> <entry>"` (`" w"` after it once marked) or a hash's
+/// `owner` field; nil when absent or not a lock key.
 const OWNERS: &str = r"
 local out = {}
-for i = 1, #KEYS do out[i] = redis.call('HGET', KEYS[i], 'owner') end
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'string' then
+    local owner, _, rest = string.match(v, '^([0-9a-f]+) ([0-9a-f]+)(.*)$')
+    out[i] = (rest == '' or rest == ' w') and owner
+  elseif not v then
+    out[i] = false
+  else
+    out[i] = redis.call('HGET', KEYS[i], 'owner')
+  end
+end
 return out
 ";
 

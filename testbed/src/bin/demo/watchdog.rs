@@ -179,9 +179,10 @@ async fn read_key(url: &str, key: &str) -> Result<Option<String>, String> {
     let read = async {
         let client = redis::Client::open(url)?;
         let mut con = client.get_multiplexed_async_connection().await?;
-        let value: Option<String> = redis::cmd("HGET")
+        let value: Option<String> = redis::cmd("EVAL")
+            .arg(quorumlock_testbed::lock_key::OWNER_SCRIPT)
+            .arg(1)
             .arg(key)
-            .arg("owner")
             .query_async(&mut con)
             .await?;
         Ok::<_, redis::RedisError>(value)

@@ -1,0 +1,80 @@
+//! Reading a lock key as the library writes it, in either of its two
+//! forms: a string `"<owner> <entry>"` (`" w"` after it once a waiter
+//! marked it) while it has one hold, a hash (field `owner`, one field per
+//! hold, `waiters`) once re-entered. A string in neither form is not a lock
+//! key (someone else's data). The library's `scripts/layout.lua` is the
+//! authority; this is what the testbed's checks read.
+
+/// The owner token of the lock key `KEYS[1]`, `false` (nil) when it is
+/// absent or not a lock key: one call, so that a pipelined probe reads
+/// the owner and the PTTL of the same key at one instant.
+pub const OWNER_SCRIPT: &str = r#"
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' then
+  local owner, _, rest = string.match(v, '^([0-9a-f]+) ([0-9a-f]+)(.*)$')
+  if rest == '' or rest == ' w' then
+    return owner
+  end
+  return false
+elseif not v then
+  return false
+end
+local owner = redis.pcall('HGET', KEYS[1], 'owner')
+if type(owner) == 'table' then
+  return false
+end
+return owner
+"#;
+
+/// Adds a read of lock key `key`'s owner to `pipe` (its reply: the owner
+/// token, or nil).
+pub fn read_owner(pipe: &mut redis::Pipeline, key: &str) {
+    pipe.cmd("EVAL").arg(OWNER_SCRIPT).arg(1).arg(key);
+}
+
+/// The owner token of lock key `key` (`None`: absent, or not a lock key).
+pub fn owner(conn: &mut redis::Connection, key: &str) -> redis::RedisResult<Option<String>> {
+    redis::cmd("EVAL")
+        .arg(OWNER_SCRIPT)
+        .arg(1)
+        .arg(key)
+        .query(conn)
+}
+
+/// The owner token and the waiter's mark of a lock key's string form,
+/// `"<owner> <entry>"` or `"<owner> <entry> w"` (lowercase hex); `None`
+/// for any other string.
+pub fn parse(value: &str) -> Option<(&str, bool)> {
+    let (body, marked) = match value.strip_suffix(" w") {
+        Some(body) => (body, true),
+        None => (value, false),
+    };
+    let (owner, entry) = body.split_once(' ')?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    (hex(owner) && hex(entry)).then_some((owner, marked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn parses_only_the_two_string_forms() {
+        assert_eq!(parse("0af1 09"), Some(("0af1", false)));
+        assert_eq!(parse("0af1 09 w"), Some(("0af1", true)));
+        for other in [
+            "",
+            "0af1",
+            "0af1 ",
+            " 09",
+            "0af1 09 ",
+            "0af1 09 w ",
+            "0AF1 09",
+            "not a lock",
+            "ab w",
+            "0af1 09 x",
+        ] {
+            assert_eq!(parse(other), None, "{other:?}");
+        }
+    }
+}

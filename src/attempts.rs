@@ -31,6 +31,9 @@ pub(crate) enum Event {
     /// The call starts; `others_wait`: other calls of this lock service
     /// wait for the names already.
     Start { others_wait: bool },
+    /// The call starts while this lock service leaves the names to a
+    /// waiter of another process, for this long yet (`Wake::step_aside`).
+    StartAside(Duration),
     /// A wait ended (not by a handoff's answers, which the caller takes
     /// as the next attempt); how it ended, from the waiter.
     Woke {
@@ -122,6 +125,14 @@ impl<'a> Attempts<'a> {
                 ask_gate: false,
             }),
             Event::Start { others_wait: false } => self.attempt(),
+            // Not woken by notices: the release that started the pause
+            // may still be announced to this process's subscribers.
+            Event::StartAside(pause) => Step::Wait(Nap {
+                after: None,
+                backoff: pause,
+                listen: false,
+                ask_gate: false,
+            }),
             Event::Woke {
                 on_notice,
                 on_gate_notice,
@@ -244,6 +255,19 @@ mod tests {
         assert!(first.after.is_none() && first.listen && !first.ask_gate);
         assert_eq!(behind.made(), 0, "no attempt before the wait");
         assert!(!gated(behind.next(woke(true, false), case.start, 0.0)));
+    }
+
+    #[test]
+    fn a_call_that_steps_aside_sleeps_the_pause_out_then_attempts_ungated() {
+        let case = Case::new(RetryPolicy::default());
+        let mut a = case.attempts(false);
+        let pause = Duration::from_millis(3);
+        let first = nap(a.next(Event::StartAside(pause), case.start, 0.0));
+        assert_eq!(first.backoff, pause);
+        assert!(first.after.is_none() && !first.listen && !first.ask_gate);
+        assert_eq!(a.made(), 0, "no attempt before the pause");
+        assert!(!gated(a.next(woke(false, false), case.start, 0.0)));
+        assert_eq!(a.made(), 1);
     }
 
     #[test]

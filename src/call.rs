@@ -20,6 +20,7 @@ use crate::guard::LockGuard;
 use crate::keys::{KeySet, Ticket};
 use crate::release;
 use crate::services::Services;
+use crate::stats::bump;
 use crate::telemetry::{self, Outcome};
 use crate::wake::Woken;
 
@@ -108,8 +109,15 @@ async fn attempts_until(
     let queued = request.ticket.is_some();
     let budget = (Instant::now(), budget_end);
     let mut attempts = Attempts::new(retry, &request.keys, queued, budget);
-    let mut event = Event::Start {
-        others_wait: services.wake.has_waiters(&request.keys),
+    let others_wait = services.wake.has_waiters(&request.keys);
+    let mut event = match services.wake.stepping_aside(&request.keys) {
+        // This lock service just released the name to a waiter of another
+        // process: it lets that waiter take it first.
+        Some(pause) if !others_wait => {
+            bump(&services.core.counters.stepped_aside);
+            Event::StartAside(pause)
+        }
+        _ => Event::Start { others_wait },
     };
     let mut woken = Woken::Retry;
     loop {

@@ -172,6 +172,7 @@ pub(crate) async fn release(
         Readiness::Suspect => Awaiting::No,
         _ => Awaiting::Yes,
     });
+    let began = Instant::now();
     let (end, _unfinished) = fan_out_announcing(
         targets.len(),
         tally.deadline(core),
@@ -182,9 +183,27 @@ pub(crate) async fn release(
         |j, reply| tally.record(targets[j], reply),
     )
     .await;
+    if tally.announced {
+        // A waiter of another process was told: let it take the name
+        // before this lock service takes it again (see `Wake::step_aside`).
+        wake.step_aside(&entry.keys, step_aside_for(core, began.elapsed()));
+    }
     // Calls still unanswered are dropped here: each goes on by itself
     // (`Undo`), also past the deadline.
     tally.finish(core, end)
+}
+
+/// How long this lock service leaves a name it released to the waiter it
+/// told: long enough for the notice to reach the waiter and its attempt
+/// to reach the nodes (two release rounds, at least 0.5 ms), and never
+/// longer than a node timeout. (In the bench's 8 processes on one name,
+/// one round to four, or at least 0.5 to 5 ms, all keep the spread of
+/// acquisitions between processes within 2; the longer, the more the
+/// lock sits idle when nobody takes it.)
+fn step_aside_for(core: &Core, round: Duration) -> Duration {
+    (round * 2)
+        .max(Duration::from_micros(500))
+        .min(core.config.node_timeout)
 }
 
 /// [`release`] that takes the name for the next waiter of this lock
@@ -303,6 +322,8 @@ pub(crate) async fn force_release(
 /// A release round's answers, counted into its report.
 struct ReleaseTally {
     report: ReleaseReport,
+    /// Some node told a waiter (one that marked a key) of the release.
+    announced: bool,
     nodes: Vec<Awaiting>,
     /// Awaited nodes that have not answered yet.
     waiting: usize,
@@ -333,6 +354,7 @@ impl ReleaseTally {
                 failed: Vec::new(),
                 was_held: false,
             },
+            announced: false,
             waiting: nodes.iter().filter(|a| **a == Awaiting::Yes).count(),
             nodes,
         }
@@ -355,6 +377,10 @@ impl ReleaseTally {
         let report = &mut self.report;
         match reply {
             Ok(ReleaseReply::Freed) => report.released += 1,
+            Ok(ReleaseReply::Announced) => {
+                report.released += 1;
+                self.announced = true;
+            }
             Ok(ReleaseReply::Kept) => {
                 report.released += 1;
                 report.kept += 1;

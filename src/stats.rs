@@ -70,6 +70,10 @@ pub struct LockStats {
     pub handoffs: u64,
     /// Acquire attempts decided on a handoff (won or not).
     pub handed_over: u64,
+    /// Acquire calls that let a waiter of another process take the name
+    /// first: they began just after this lock service released the name
+    /// to that waiter (see [`crate::wake`]).
+    pub stepped_aside: u64,
     /// Per-node failures, in configuration order.
     pub nodes: Vec<NodeStats>,
 }
@@ -140,6 +144,7 @@ pub(crate) struct Counters {
     pub(crate) woken: AtomicU64,
     pub(crate) handoffs: AtomicU64,
     pub(crate) handed_over: AtomicU64,
+    pub(crate) stepped_aside: AtomicU64,
 }
 
 /// The node-level counters behind [`NodeStats`].
@@ -186,6 +191,7 @@ impl Counters {
             woken: get(&self.woken),
             handoffs: get(&self.handoffs),
             handed_over: get(&self.handed_over),
+            stepped_aside: get(&self.stepped_aside),
             nodes,
         }
     }

@@ -50,6 +50,17 @@
 //! the gate node; at once if the wait was a release of its own
 //! `MultiLock`).
 //!
+//! **Stepping aside.** A release that a waiter of another process had
+//! marked the name for is announced to it, and the release's reply says
+//! so (`scripts/release.lua`). The releasing lock service then leaves the
+//! name alone for a moment, two release rounds (at least 0.5 ms, at most a
+//! node timeout): an acquire call of it that starts meanwhile sleeps that
+//! out before its first attempt. Otherwise its attempt, sent as soon as
+//! the release returns, reaches the nodes before the woken waiter's does,
+//! and one process takes the name again and again while the others
+//! starve. If no waiter took the name by then, the call attempts as
+//! usual; if one did, it finds the name held and waits its turn.
+//!
 //! **Fair lock services** (`fair(true)`) queue their waiters across
 //! processes (`scripts/queue.lua`): when a name's queue has a first waiter,
 //! the release announces its turn to that waiter's lock service alone, on
@@ -80,12 +91,14 @@ use crate::node::Node;
 use crate::scripts::acquire::AcquireReply;
 use crate::stats::Counters;
 
+mod aside;
 mod handoff;
 mod subscriber;
 #[cfg(test)]
 mod tests;
 mod waiter;
 
+use aside::Aside;
 use handoff::Offer;
 use subscriber::{Change, Subscriber};
 use waiter::Registration;
@@ -108,6 +121,8 @@ pub(crate) struct Wake {
     /// Whether the subscribers listen on this lock service's turn channel
     /// (from its first queued waiter on, for as long as they run).
     turns_heard: AtomicBool,
+    /// Names this lock service released to a waiter of another process.
+    aside: Aside,
 }
 
 /// The waiters of one name in this lock service.
@@ -182,6 +197,7 @@ impl Wake {
                 .collect(),
             connect_timeout,
             turns_heard: AtomicBool::new(false),
+            aside: Aside::default(),
         }
     }
 
@@ -227,6 +243,22 @@ impl Wake {
                 waiters.notices.send_modify(|n| n[local] += 1);
             }
         }
+    }
+
+    /// Leaves `keys` to the waiters of other processes for `pause`: a
+    /// release of them told such a waiter (it had marked a key), and an
+    /// acquire of this lock service sent right after it would reach the
+    /// nodes before that waiter's, again and again. A new acquire call of
+    /// `keys` sleeps through the pause first ([`Wake::stepping_aside`]).
+    pub(crate) fn step_aside(&self, keys: &KeySet, pause: Duration) {
+        if self.enabled {
+            self.aside.step_aside(keys, pause);
+        }
+    }
+
+    /// What is left of a pause of [`Wake::step_aside`] on `keys`.
+    pub(crate) fn stepping_aside(&self, keys: &KeySet) -> Option<Duration> {
+        self.aside.left(keys)
     }
 
     /// Whether waiters of this lock service wait for one of `keys`: a new

@@ -6,6 +6,7 @@ mod common;
 
 use common::{spawn_waiter, wait_subscribed, woken_by_notice};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use quorumlock::{MultiLock, RetryPolicy, Wait};
@@ -437,4 +438,55 @@ async fn only_a_release_somebody_waits_for_is_announced() {
         "the waiter's own hold is unmarked"
     );
     guard.release().await;
+}
+
+/// A lock service that releases a name a waiter of another process marked
+/// steps aside: its next acquire call of the name sleeps a moment before
+/// its first attempt, so the woken waiter takes the name instead of losing
+/// it to the releaser's loop again and again. A release nobody waited for
+/// changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_to_a_waiter_of_another_process_lets_that_waiter_in() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let releaser = common::lock(&testbed);
+    let wait = Wait::up_to(Duration::from_secs(20));
+    releaser
+        .try_acquire("job")
+        .await
+        .expect("free")
+        .release()
+        .await;
+    let guard = releaser.acquire("job", wait).await.expect("free again");
+    assert_eq!(releaser.stats().stepped_aside, 0, "nobody waited");
+
+    // Another process waits (and marks the name) while the releaser holds.
+    let waiter = spawn_waiter(&common::lock(&testbed), "job");
+    wait_subscribed(&testbed, "job", 1, "the waiter to subscribe on every node").await;
+    guard.release().await;
+    // The releaser takes the name straight back, as a busy worker loop
+    // does, until the waiter has had it. Polled first, in this task: its
+    // first call starts right after the release, however busy the machine.
+    let done = AtomicBool::new(false);
+    let lane = async {
+        let mut rounds = 0;
+        while !done.load(Ordering::Relaxed) && rounds < 200 {
+            let guard = releaser.acquire("job", wait).await.expect("its turn");
+            guard.release().await;
+            rounds += 1;
+        }
+        rounds
+    };
+    let waited = async {
+        let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("the waiter got its turn")
+            .expect("waiter task")
+            .expect("acquired");
+        done.store(true, Ordering::Relaxed);
+        guard.release().await;
+    };
+    let (rounds, ()) = tokio::join!(lane, waited);
+    let stats = releaser.stats();
+    assert!(stats.stepped_aside >= 1, "{stats:?}");
+    eprintln!("the waiter got the name after {rounds} rounds of the releaser");
 }

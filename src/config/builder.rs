@@ -352,8 +352,10 @@ impl LockConfigBuilder {
     /// waiter queue on each node that refuses it, ordered by when the call
     /// began; a free name then goes only to the first waiter in line, and
     /// its release notice wakes that waiter alone. Without it, the waiter
-    /// whose attempt reaches the nodes first wins, often the process that
-    /// just released (higher throughput under contention, no fairness).
+    /// whose attempt reaches the nodes first wins; a process that released
+    /// a name another process waits for steps aside for a moment so that
+    /// it does not win every time (see [`wake_ups`](Self::wake_ups)), but
+    /// there is no order among the waiters.
     ///
     /// Every client honours the queues, fair or not: a name some fair
     /// waiter queues for is refused to the others

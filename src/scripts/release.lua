@@ -14,8 +14,9 @@
 -- that found the attempt's key in its way waits for it. A key nobody waits
 -- for is freed without a PUBLISH.
 -- Reply: 0 no key carried this hold (expired, released, or another
--- owner's); 1 the hold is gone and every key of it was deleted; 2 the hold
--- is gone but the owner's other holds keep some key (re-entry).
+-- owner's); 1 the hold is gone and every key of it was deleted; 3 the
+-- same, and some waiter was told (a key was marked); 2 the hold is gone
+-- but the owner's other holds keep some key (re-entry).
 local m = nk / 3
 if ARGV[ao + 3] ~= '' then
   for i = 1, m do
@@ -29,8 +30,10 @@ for i = 1, m do
     -- Ours was the last hold.
     if marked then
       quorumlock_announce(KEYS[ko + i], quorumlock_head(KEYS[ko + m + i], KEYS[ko + 2 * m + i]))
+      if result ~= 2 then result = 3 end
+    elseif result == 0 then
+      result = 1
     end
-    if result == 0 then result = 1 end
   elseif given == 2 then
     result = 2
   end

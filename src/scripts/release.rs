@@ -50,17 +50,20 @@ pub(crate) enum ReleaseReply {
     NotOurs,
     /// Our entry is gone and the keys with it.
     Freed,
+    /// As `Freed`, and a waiter that had marked a key was told.
+    Announced,
     /// Our entry is gone; the owner's other holds keep the keys.
     Kept,
 }
 
 impl ReleaseReply {
-    /// `0` not ours, `1` freed, `2` kept.
+    /// `0` not ours, `1` freed, `2` kept, `3` freed and announced.
     pub(crate) fn parse(reply: &Value) -> Result<ReleaseReply, BadReply> {
         match reply {
             Value::Int(0) => Ok(ReleaseReply::NotOurs),
             Value::Int(1) => Ok(ReleaseReply::Freed),
             Value::Int(2) => Ok(ReleaseReply::Kept),
+            Value::Int(3) => Ok(ReleaseReply::Announced),
             other => Err(BadReply::Unexpected(other.clone())),
         }
     }

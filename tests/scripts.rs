@@ -97,3 +97,36 @@ async fn a_key_of_the_wrong_type_is_a_typed_error() {
         .expect("LLEN");
     assert_eq!(len, 1);
 }
+
+/// A string that is not a lock key in the library's own form (`"<owner>
+/// <entry>"`, lowercase hex, `" w"` after it once marked) is someone else's
+/// data: refused as a key of another type, never overwritten, never taken
+/// for a hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_string_that_is_not_a_lock_key_is_refused_as_another_type() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lock = common::lock(&testbed);
+    let foreign = [
+        "plain text",
+        "ABCDEF0123456789ABCDEF0123456789 0123456789ABCDEF",
+        "0123456789abcdef0123456789abcdef 0123456789abcdef x",
+    ];
+    for (i, value) in foreign.iter().enumerate() {
+        let name = format!("foreign:{i}");
+        common::on_every_node(&testbed, &["SET", &name, value]);
+        match lock.try_acquire(&name).await {
+            Err(Error::QuorumNotReached { nodes, won: 0, .. }) => {
+                let wrong_type = nodes
+                    .errors()
+                    .filter(|e| e.kind() == NodeErrorKind::WrongType);
+                assert!(wrong_type.count() >= 2, "{value:?}: {nodes}");
+            }
+            other => panic!("{value:?}: expected WRONGTYPE failures, got {other:?}"),
+        }
+        for node in testbed.nodes() {
+            let mut conn = node.connection().expect("connect");
+            let kept: String = redis::cmd("GET").arg(&name).query(&mut conn).expect("GET");
+            assert_eq!(kept, *value, "untouched on {}", node.url());
+        }
+    }
+}

@@ -2,7 +2,7 @@
 -- writes one (acquire, release, handoff, extend, renew, fencing raise).
 --
 -- A key with one hold is a string "<owner> <entry>" (owner token and entry
--- id, both hex), with " w" appended once a waiter marked it: the common
+-- id, both lowercase hex, as the client writes them), with " w" appended once a waiter marked it: the common
 -- case, taken with one SET NX PX and given back with GET + DEL. A key held
 -- more than once (re-entry) is a hash: field `owner` = the owner token,
 -- one field per hold (its entry id, value 1), and `waiters` = 1 once
@@ -12,7 +12,8 @@
 -- The owner, the entry and whether it is marked, of lock string `v`;
 -- nil when `v` is not one.
 local function quorumlock_parse(v)
-  local owner, entry, rest = string.match(v, '^(%x+) (%x+)(.*)$')
+  -- The pattern the testbed's and the command's readers use too.
+  local owner, entry, rest = string.match(v, '^([0-9a-f]+) ([0-9a-f]+)(.*)$')
   if rest == '' then
     return owner, entry, false
   elseif rest == ' w' then

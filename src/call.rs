@@ -110,10 +110,12 @@ async fn attempts_until(
     let budget = (Instant::now(), budget_end);
     let mut attempts = Attempts::new(retry, &request.keys, queued, budget);
     let others_wait = services.wake.has_waiters(&request.keys);
-    let mut event = match services.wake.stepping_aside(&request.keys) {
-        // This lock service just released the name to a waiter of another
-        // process: it lets that waiter take it first.
-        Some(pause) if !others_wait => {
+    // This lock service just released the name to a waiter of another
+    // process: it lets that waiter take it first (behind its own waiters,
+    // it waits anyway).
+    let aside = (!others_wait).then(|| services.wake.stepping_aside(&request.keys));
+    let mut event = match aside.flatten() {
+        Some(pause) => {
             bump(&services.core.counters.stepped_aside);
             Event::StartAside(pause)
         }

@@ -213,14 +213,10 @@ async fn a_dropped_acquire_is_rolled_back_on_every_node_it_reached() {
         "the attempt was still waiting for the paused node"
     );
     // Far sooner than the 30 s TTL.
-    common::wait_for(
-        "the live nodes to drop the dropped attempt's key",
-        Duration::from_secs(5),
-        || {
-            testbed.nodes()[..2]
-                .iter()
-                .all(|n| common::value_on(n, "cancel").is_none())
-        },
+    common::wait_until_gone_from(
+        &testbed.nodes()[..2],
+        &["cancel"],
+        "the live nodes dropped the dropped attempt's key",
     )
     .await;
     testbed.node_mut(2).resume().expect("resume");
@@ -259,14 +255,10 @@ async fn rollbacks_queued_for_a_stopped_node_all_run_when_it_resumes() {
     // A rollback is awaited for the node timeout at most and goes on by
     // itself after (a busy machine's replies can take longer): far sooner
     // than the 30 s TTL, every live node is rolled back.
-    common::wait_for(
-        "the live nodes to drop every lost attempt's key",
-        Duration::from_secs(5),
-        || {
-            testbed.nodes()[..4]
-                .iter()
-                .all(|n| names.iter().all(|name| common::value_on(n, name).is_none()))
-        },
+    common::wait_until_gone_from(
+        &testbed.nodes()[..4],
+        &names,
+        "the live nodes dropped every lost attempt's key",
     )
     .await;
     testbed.node_mut(4).resume().expect("resume");

@@ -3,8 +3,8 @@
 -- The scripts' bodies are defined just above as quorumlock_acquire and
 -- quorumlock_release (ko, nk, ao, na): each reads its keys and arguments
 -- in place, KEYS[ko + i] and ARGV[ao + i], nk keys and na arguments (no
--- copy per call: the
--- copies cost a tenth of a batch's server time); the epoch check (epoch.lua, outside them) reads the batch's own ARGV and
+-- copy per call: the copies cost a tenth of a batch's server time); the
+-- epoch check (epoch.lua, outside them) reads the batch's own ARGV and
 -- runs once for the batch, at its first acquire.
 --
 -- KEYS: each call's keys in turn.

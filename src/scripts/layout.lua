@@ -2,8 +2,9 @@
 -- writes one (acquire, release, handoff, extend, renew, fencing raise).
 --
 -- A key with one hold is a string "<owner> <entry>" (owner token and entry
--- id, both lowercase hex, as the client writes them), with " w" appended once a waiter marked it: the common
--- case, taken with one SET NX PX and given back with GET + DEL. A key held
+-- id, both lowercase hex, as the client writes them), with " w" appended
+-- once a waiter marked it: the common case, taken with one SET NX PX and
+-- given back with GET + DEL. A key held
 -- more than once (re-entry) is a hash: field `owner` = the owner token,
 -- one field per hold (its entry id, value 1), and `waiters` = 1 once
 -- marked; the hold count is the rest. A string in neither form, or a key
@@ -65,9 +66,10 @@ local function quorumlock_as_hash(key)
   end
   local pttl = redis.call('PTTL', key)
   redis.call('DEL', key)
-  redis.call('HSET', key, 'owner', owner, entry, '1')
   if marked then
-    redis.call('HSET', key, 'waiters', '1')
+    redis.call('HSET', key, 'owner', owner, entry, '1', 'waiters', '1')
+  else
+    redis.call('HSET', key, 'owner', owner, entry, '1')
   end
   if pttl > 0 then
     redis.call('PEXPIRE', key, pttl)

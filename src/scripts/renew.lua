@@ -16,9 +16,10 @@
 -- renewal of every other guard in the batch. A key that already carries our
 -- hold is only given its TTL (no write to the hold): the common case, a
 -- string key (layout.lua), costs GET, PTTL and at most a PEXPIRE.
--- Key `key` as renewing hold `entry` sees it: its form ('string', 'hash',
--- or 'other': a value of another type), its owner (false: absent, or a
--- hash without one) and whether it carries `entry`. Never raises.
+
+-- Key `key` as renewing hold `entry` sees it: its form ('free', 'string',
+-- 'hash', or 'other': a value of another type), its owner (false: absent,
+-- or a hash without one) and whether it carries `entry`. Never raises.
 local function renew_read(key, entry)
   local v = redis.pcall('GET', key)
   if type(v) == 'string' then
@@ -28,7 +29,7 @@ local function renew_read(key, entry)
     end
     return 'string', owner, held == entry
   elseif not v then
-    return 'string', false, false
+    return 'free', false, false
   end
   local found = redis.pcall('HMGET', key, 'owner', entry)
   if found.err then

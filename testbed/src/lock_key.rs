@@ -5,26 +5,43 @@
 //! key (someone else's data). The library's `scripts/layout.lua` is the
 //! authority; this is what the testbed's checks read.
 
+/// `lock_owner(key)`, in Lua: the owner token of lock key `key`, `false`
+/// (nil) when it is absent or not a lock key. Never raises.
+macro_rules! owner_function {
+    () => {
+        r#"
+local function lock_owner(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'string' then
+    local owner, _, rest = string.match(v, '^([0-9a-f]+) ([0-9a-f]+)(.*)$')
+    if rest == '' or rest == ' w' then
+      return owner
+    end
+    return false
+  elseif not v then
+    return false
+  end
+  local owner = redis.pcall('HGET', key, 'owner')
+  if type(owner) == 'table' then
+    return false
+  end
+  return owner
+end
+"#
+    };
+}
+
 /// The owner token of the lock key `KEYS[1]`, `false` (nil) when it is
 /// absent or not a lock key: one call, so that a pipelined probe reads
 /// the owner and the PTTL of the same key at one instant.
-pub const OWNER_SCRIPT: &str = r#"
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'string' then
-  local owner, _, rest = string.match(v, '^([0-9a-f]+) ([0-9a-f]+)(.*)$')
-  if rest == '' or rest == ' w' then
-    return owner
-  end
-  return false
-elseif not v then
-  return false
-end
-local owner = redis.pcall('HGET', KEYS[1], 'owner')
-if type(owner) == 'table' then
-  return false
-end
-return owner
-"#;
+pub const OWNER_SCRIPT: &str = concat!(owner_function!(), "return lock_owner(KEYS[1])\n");
+
+/// The owner of each of `KEYS` (nil where absent or not a lock key), read
+/// in one call: at one instant.
+pub const OWNERS_SCRIPT: &str = concat!(
+    owner_function!(),
+    "local out = {}\nfor i = 1, #KEYS do out[i] = lock_owner(KEYS[i]) end\nreturn out\n"
+);
 
 /// Adds a read of lock key `key`'s owner to `pipe` (its reply: the owner
 /// token, or nil).

@@ -356,9 +356,18 @@ pub fn subscribers_on(node: &RedisNode, key: &str) -> i64 {
 
 /// Waits until no node carries `key` (expired or deleted), naming `why`.
 pub async fn wait_until_gone(testbed: &Testbed, key: &str, why: &str) {
-    let what = format!("{key:?} to be gone from every node ({why})");
+    wait_until_gone_from(testbed.nodes(), &[key], why).await;
+}
+
+/// Waits (up to 5 s) until none of `nodes` carries any of lock `keys`,
+/// naming `why`.
+pub async fn wait_until_gone_from(nodes: &[RedisNode], keys: &[impl AsRef<str>], why: &str) {
+    let names: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+    let what = format!("{names:?} to be gone from {} node(s) ({why})", nodes.len());
     wait_for(&what, Duration::from_secs(5), || {
-        values(testbed, key).iter().all(Option::is_none)
+        nodes
+            .iter()
+            .all(|n| keys.iter().all(|k| value_on(n, k.as_ref()).is_none()))
     })
     .await;
 }

@@ -776,25 +776,6 @@ async fn transfer_worker(
     }
 }
 
-/// The owner of each lock key on one node, read in one script (one instant):
-/// a string `"<owner> <entry>"` (`" w"` after it once marked) or a hash's
-/// `owner` field; nil when absent or not a lock key.
-const OWNERS: &str = r"
-local out = {}
-for i = 1, #KEYS do
-  local v = redis.pcall('GET', KEYS[i])
-  if type(v) == 'string' then
-    local owner, _, rest = string.match(v, '^([0-9a-f]+) ([0-9a-f]+)(.*)$')
-    out[i] = (rest == '' or rest == ' w') and owner
-  elseif not v then
-    out[i] = false
-  else
-    out[i] = redis.call('HGET', KEYS[i], 'owner')
-  end
-end
-return out
-";
-
 /// Reads the owners of `names` on one node and describes any partial hold:
 /// an owner holding one name of a pair without the other.
 async fn sample(
@@ -802,7 +783,7 @@ async fn sample(
     names: &[String],
 ) -> redis::RedisResult<Option<String>> {
     let owners: Vec<Option<String>> = redis::cmd("EVAL")
-        .arg(OWNERS)
+        .arg(quorumlock_testbed::lock_key::OWNERS_SCRIPT)
         .arg(names.len())
         .arg(names)
         .query_async(con)

@@ -807,6 +807,17 @@ pub enum Error {
         /// Why it is rejected.
         reason: &'static str,
     },
+    /// A number of permits a semaphore cannot have (see
+    /// [`MultiSemaphore::acquire`](crate::MultiSemaphore::acquire)).
+    #[error("semaphore {name:?}: {permits} permits: {reason}")]
+    InvalidPermits {
+        /// The semaphore's name.
+        name: String,
+        /// The number of permits as given.
+        permits: u32,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
     /// An owner token that cannot be used (see [`Owner::from_token`](crate::Owner::from_token)).
     #[error("owner token {token:?}: {reason}")]
     InvalidOwner {
@@ -855,6 +866,54 @@ fn free_in_text(free_in: Option<Duration>) -> String {
 }
 
 impl Error {
+    /// The same error under the name `name`: for the primitives whose
+    /// locks are slots (`quorumlock:rw:<name>:<i>`), whose caller knows
+    /// the name, not the slots.
+    pub(crate) fn renamed(self, name: &str) -> Error {
+        let key = name.to_owned();
+        match self {
+            Error::Contended { free_in, nodes, .. } => Error::Contended {
+                key,
+                free_in,
+                nodes,
+            },
+            Error::QuorumNotReached {
+                required,
+                won,
+                nodes,
+                ..
+            } => Error::QuorumNotReached {
+                key,
+                required,
+                won,
+                nodes,
+            },
+            Error::ValidityUsedUp {
+                elapsed,
+                validity,
+                min_validity,
+                ..
+            } => Error::ValidityUsedUp {
+                key,
+                elapsed,
+                validity,
+                min_validity,
+            },
+            Error::WaitBudgetExhausted {
+                attempts,
+                waited,
+                last,
+                ..
+            } => Error::WaitBudgetExhausted {
+                key,
+                attempts,
+                waited,
+                last: Box::new((*last).renamed(name)),
+            },
+            other => other,
+        }
+    }
+
     /// Whether another attempt could succeed, as opposed to a
     /// configuration error, a bad name or a lost lock: contention, a
     /// missing quorum, a slow attempt, a wait that ran out on one of

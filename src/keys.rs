@@ -55,15 +55,70 @@ pub(crate) fn turn_channel(service: &str) -> String {
     format!("{RESERVED_PREFIX}released:{RESERVED_PREFIX}turn:{service}")
 }
 
+/// Prefix of a semaphore's slot names: slot `i` of semaphore `name` is the
+/// lock name `quorumlock:permit:<name>:<i>` ([`slot_name`]).
+pub(crate) const PERMIT_PREFIX: &str = "quorumlock:permit:";
+
+/// Prefix of a read-write lock's reader slot names (`quorumlock:rw:<name>:<i>`).
+pub(crate) const RW_PREFIX: &str = "quorumlock:rw:";
+
+/// Slot `slot` of the primitive `prefix` ([`PERMIT_PREFIX`] or
+/// [`RW_PREFIX`]) over the user's name `name`: an ordinary lock name, so a
+/// slot is taken, renewed, fenced and released exactly as a mutex is.
+pub(crate) fn slot_name(prefix: &str, name: &str, slot: u32) -> String {
+    format!("{prefix}{name}:{slot}")
+}
+
+/// Whether `name` is a slot name ([`slot_name`]) of a name that is itself
+/// allowed: the one part of the reserved namespace that is a lock name.
+fn is_slot_name(name: &str) -> bool {
+    let Some(rest) = [PERMIT_PREFIX, RW_PREFIX]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
+    else {
+        return false;
+    };
+    match rest.rsplit_once(':') {
+        Some((user, slot)) => {
+            !slot.is_empty()
+                && slot.bytes().all(|b| b.is_ascii_digit())
+                && !user.starts_with(RESERVED_PREFIX)
+        }
+        None => false,
+    }
+}
+
 /// Refuses a name in the reserved `quorumlock:` namespace: as a lock name
 /// it could collide with a derived key, and released by force it would
 /// delete one (`quorumlock:epoch` takes every node's vote away for the
-/// quarantine).
+/// quarantine). The slots of semaphores and read-write locks
+/// ([`slot_name`]) are the exception: lock names derived from a user's
+/// name, so that an operator can release a stuck permit by force.
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
-    if name.starts_with(RESERVED_PREFIX) {
+    if name.starts_with(RESERVED_PREFIX) && !is_slot_name(name) {
         return Err(Error::InvalidKey {
             key: name.to_owned(),
             reason: "names starting with `quorumlock:` are reserved for the keys quorumlock derives (epoch markers, fencing counters, release channels)",
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a semaphore's or read-write lock's own name (`what` says which)
+/// if it is empty or anywhere in the reserved namespace: its slots' names
+/// are derived from it, and a slot of a slot would be refused only later,
+/// under a name the caller never gave.
+pub(crate) fn check_primitive_name(name: &str, what: &'static str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::InvalidKey {
+            key: String::new(),
+            reason: what,
+        });
+    }
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(Error::InvalidKey {
+            key: name.to_owned(),
+            reason: "names starting with `quorumlock:` are reserved for the keys quorumlock derives (slots, epoch markers, fencing counters, release channels)",
         });
     }
     Ok(())
@@ -328,5 +383,25 @@ mod tests {
             }
         }
         assert!(check_name("").is_ok() && check_name("quorumlock").is_ok());
+    }
+
+    #[test]
+    fn slot_names_are_the_one_reserved_exception() {
+        for slot in [
+            slot_name(PERMIT_PREFIX, "exports", 3),
+            slot_name(RW_PREFIX, "config", 0),
+            slot_name(PERMIT_PREFIX, "a:b", 12),
+        ] {
+            assert!(check_name(&slot).is_ok(), "{slot}");
+        }
+        for bad in [
+            "quorumlock:permit:x",
+            "quorumlock:permit:x:",
+            "quorumlock:permit:x:1a",
+            "quorumlock:rw:quorumlock:epoch:1",
+            "quorumlock:permits:x:1",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
     }
 }

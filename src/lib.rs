@@ -32,6 +32,10 @@
 //! * [`HeldLock::reenter`] and [`Owner`] with [`MultiLock::acquire_as`] let
 //!   nested code (or another process) take a lock its holder already holds;
 //!   [`MultiLock::acquire_all`] takes several names at once, all or nothing.
+//! * [`MultiSemaphore`] (at most K holders of a name) and [`MultiRwLock`]
+//!   (many readers or one writer) are built from the same locks: each is a
+//!   set of slots, each slot an ordinary lock name, so they keep every
+//!   guarantee above.
 //! * Waiting acquires are woken by release notices ([`wake`]), one
 //!   subscriber connection per node, instead of polling.
 //! * [`Error`] separates contention ([`Error::Contended`], with how long the
@@ -217,8 +221,11 @@ pub mod fence;
 // 5 handles.
 mod guard;
 // 6 the service.
+mod any_of;
 mod call;
 mod lock;
+mod rwlock;
+mod semaphore;
 // 7 front ends.
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
@@ -293,6 +300,8 @@ pub use quorum::Quorum;
 /// # }
 /// ```
 pub use redis;
+pub use rwlock::{MultiRwLock, ReadGuard, WriteGuard};
+pub use semaphore::{MultiSemaphore, Permit};
 // The re-export promises `redis::Script` (its `script` feature). This crate's
 // dev-dependencies turn that feature on too, so the doctest above would pass
 // without it: the library's own build (`cargo build`, `cargo publish`) fails

@@ -747,33 +747,50 @@ impl MultiLock {
     {
         let request = Request::new(&[key], None, (true, self.config().ttl()))?;
         let guard = call::acquire(&self.services, request, Some(wait.budget())).await?;
-        let lost = guard.lost();
-        let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(guard.handle()))) {
-            Ok(work) => {
-                let work = AssertUnwindSafe(work).catch_unwind();
-                tokio::select! {
-                    biased;
-                    notice = lost => Err(notice),
-                    done = work => Ok(done),
-                }
+        run_holding(guard, key, work).await
+    }
+
+    /// The lock service's shared parts, for the primitives built on it
+    /// (semaphores, read-write locks).
+    pub(crate) fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+}
+
+/// Runs `work` while `guard` is held (watched), cancels it at a loss, and
+/// releases: the body of [`MultiLock::run_exclusive`] and its
+/// semaphore and read-write namesakes. `key`: the name errors give.
+pub(crate) async fn run_holding<F, Fut, T>(guard: LockGuard, key: &str, work: F) -> Result<T, Error>
+where
+    F: FnOnce(HeldLock) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lost = guard.lost();
+    let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(guard.handle()))) {
+        Ok(work) => {
+            let work = AssertUnwindSafe(work).catch_unwind();
+            tokio::select! {
+                biased;
+                notice = lost => Err(notice),
+                done = work => Ok(done),
             }
-            Err(panic) => Ok(Err(panic)),
-        };
-        // The work's future is gone by now (finished or dropped): release.
-        let report = guard.release().await;
-        tracing::debug!(
-            key,
-            released = report.released,
-            was_held = report.was_held,
-            "run_exclusive done"
-        );
-        match outcome {
-            Err(notice) => Err(Error::Lost {
-                key: key.to_string(),
-                reason: notice.reason,
-            }),
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Ok(Ok(value)) => Ok(value),
         }
+        Err(panic) => Ok(Err(panic)),
+    };
+    // The work's future is gone by now (finished or dropped): release.
+    let report = guard.release().await;
+    tracing::debug!(
+        key,
+        released = report.released,
+        was_held = report.was_held,
+        "run_exclusive done"
+    );
+    match outcome {
+        Err(notice) => Err(Error::Lost {
+            key: key.to_string(),
+            reason: notice.reason,
+        }),
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Ok(Ok(value)) => Ok(value),
     }
 }

@@ -222,6 +222,7 @@ impl Wake {
             registration: None,
             seen: Vec::new(),
             turn: None,
+            takes_turns: true,
             woke_on_gate_notice: false,
             woke_on_notice: false,
         }

@@ -53,7 +53,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("services", &["watchdog", "wake", "release", "services"]),
     ("rounds", &["acquire", "fence"]),
     ("handles", &["guard"]),
-    ("the service", &["call", "lock"]),
+    (
+        "the service",
+        &["call", "any_of", "lock", "semaphore", "rwlock"],
+    ),
     ("front ends", &["blocking"]),
 ];
 

@@ -4,6 +4,7 @@
 //!
 //! * In one process: once `release()` has returned, no node keeps the key
 //!   (every node is healthy, so the release waits for each).
+//! * The same for a semaphore's permit, a reader and a writer.
 //! * In two: a waiter in another process gets the name within its retry
 //!   delay plus a few round trips of the release, never the TTL, and
 //!   nothing is left once it lets go.
@@ -20,7 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use quorumlock::{LockConfig, MultiLock, Quorum, Wait};
+use quorumlock::{
+    LockConfig, MultiLock, MultiRwLock, MultiSemaphore, Permit, Quorum, ReadGuard, Wait, WriteGuard,
+};
 use quorumlock_testbed::Testbed;
 
 /// The environment variable that turns [`lifecycle_waiter_process`] into
@@ -274,6 +277,90 @@ async fn every_release_lets_go_on_every_node() {
     println!(
         "{} cases: {} with a key left once release() returned, {late} with a node that answered \
          the release late (a busy machine)",
+        outcomes.len(),
+        bad.len()
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// What a slot primitive holds in one case of
+/// [`every_release_of_a_permit_a_reader_or_a_writer_lets_go_on_every_node`].
+#[derive(Clone, Copy, Debug)]
+enum Slots {
+    Permit,
+    Read,
+    Write,
+}
+
+/// The same for the primitives built on slots: a permit (one slot of
+/// four), a reader (one reader slot) and a writer (all of them), each
+/// held 0.1, 1 and 2 s, watched or not, on a majority and on all of 5
+/// nodes: once `release()` has returned, no node that answered keeps any
+/// of its slot keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_release_of_a_permit_a_reader_or_a_writer_lets_go_on_every_node() {
+    let testbed = Testbed::start(5).expect("testbed");
+    let urls = testbed.urls();
+    let mut cases = Vec::new();
+    for kind in [Slots::Permit, Slots::Read, Slots::Write] {
+        for hold_ms in [100, 1000, 2000] {
+            for quorum in [Quorum::Majority, Quorum::All] {
+                for watchdog in [false, true] {
+                    let case = Case {
+                        hold_ms,
+                        nodes: 5,
+                        quorum,
+                        watchdog,
+                        wake_ups: true,
+                    };
+                    cases.push((kind, case));
+                }
+            }
+        }
+    }
+    let plain: Vec<Case> = cases.iter().map(|(_, c)| c.clone()).collect();
+    let locks = locks(&plain, &urls, WATCHED_TTL).await;
+    let outcomes = join_all(cases.into_iter().zip(locks).map(|((kind, case), lock)| {
+        let testbed = &testbed;
+        async move {
+            let name = case.name(&format!("{kind:?}"));
+            let wait = Wait::up_to(Duration::from_secs(20));
+            let guard = match kind {
+                Slots::Permit => MultiSemaphore::over(&lock)
+                    .acquire(&name, 4, wait)
+                    .await
+                    .map(Permit::into_guard),
+                Slots::Read => MultiRwLock::new(lock.config().clone())
+                    .read(&name, wait)
+                    .await
+                    .map(ReadGuard::into_guard),
+                Slots::Write => MultiRwLock::new(lock.config().clone())
+                    .write(&name, wait)
+                    .await
+                    .map(WriteGuard::into_guard),
+            }
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let keys: Vec<String> = guard.keys().map(str::to_owned).collect();
+            tokio::time::sleep(Duration::from_millis(case.hold_ms)).await;
+            let report = guard.release().await;
+            let mut left = Vec::new();
+            for key in &keys {
+                let (kept, still) = left_after(testbed, case.nodes, key, &report).await;
+                if !kept.is_empty() || !still.is_empty() {
+                    left.push(format!("{key}: kept by {kept:?}, past the bound {still:?}"));
+                }
+            }
+            (kind, case, report, left)
+        }
+    }))
+    .await;
+    let bad: Vec<String> = outcomes
+        .iter()
+        .filter(|(.., left)| !left.is_empty())
+        .map(|(kind, case, report, left)| format!("{kind:?} {case:?}: {left:?}; {report:?}"))
+        .collect();
+    println!(
+        "{} cases: {} with a slot key left once release() returned",
         outcomes.len(),
         bad.len()
     );

@@ -26,6 +26,10 @@ pub(crate) struct Waiter<'a> {
     /// The notice counts of each name as of the last attempt.
     pub(super) seen: Vec<Box<[u64]>>,
     pub(super) turn: Option<OwnedMutexGuard<()>>,
+    /// Whether it takes turns with the other waiters of its names in this
+    /// lock service (a lock's waiters do; an any-of call's, which several
+    /// may serve at once, limit themselves: `any_of`).
+    pub(super) takes_turns: bool,
     /// Whether the last sleep ended on release notices (not on its timer
     /// or a handoff) that the gate's own was among, or on a release by
     /// this lock service: a gated attempt refused after such a wake lost a
@@ -52,6 +56,27 @@ impl Drop for Registration<'_> {
 }
 
 impl Waiter<'_> {
+    /// This waiter does not take turns with the other waiters of its names:
+    /// its caller limits how many wait at once.
+    pub(crate) fn without_turns(mut self) -> Self {
+        self.takes_turns = false;
+        self
+    }
+
+    /// Starts listening at once, before the first attempt, so that a
+    /// release while that attempt runs wakes the wait after it: for a call
+    /// that expects to wait (others of its lock service wait already).
+    /// Without wake-ups, nothing.
+    pub(crate) fn listen_now(&mut self) {
+        if self.wake.enabled && self.registration.is_none() {
+            self.registration = Some(self.wake.register(
+                &self.keys,
+                self.counters,
+                self.queue_id.clone(),
+            ));
+        }
+    }
+
     /// Marks every notice so far as seen: call before each attempt, so a
     /// release announced while the attempt runs wakes the wait after it.
     pub(crate) fn mark(&mut self) {
@@ -108,7 +133,7 @@ impl Waiter<'_> {
             self.registration =
                 Some(wake.register(&self.keys, self.counters, self.queue_id.clone()));
         }
-        if self.turn.is_none() && !self.take_turn(budget_end).await {
+        if self.takes_turns && self.turn.is_none() && !self.take_turn(budget_end).await {
             return Woken::Retry;
         }
         let free_in = match error {

@@ -5,8 +5,10 @@
 //! not while the test is already panicking): on every running, unpaused
 //! node it looks for
 //!
-//! * **lock keys**: a hash with an `owner` field under a name outside the
-//!   reserved `quorumlock:` namespace (what the acquire script writes), and
+//! * **lock keys**: a lock key (either form: `testbed/src/lock_key.rs`)
+//!   under a name outside the reserved `quorumlock:` namespace, or under a
+//!   semaphore's or read-write lock's slot name (`quorumlock:permit:…`,
+//!   `quorumlock:rw:…`), and
 //! * **waiter entries**: a waiter queue (`quorumlock:queue:<name>`) or its
 //!   leases (`quorumlock:leases:<name>`).
 //!
@@ -134,7 +136,26 @@ fn scan(nodes: &[RedisNode], declared: &Declared) -> Vec<Leftover> {
 fn judge(conn: &mut redis::Connection, key: &str, declared: &Declared) -> Option<String> {
     if let Some(rest) = key.strip_prefix("quorumlock:") {
         let (kind, name) = rest.split_once(':')?;
-        if !matches!(kind, "queue" | "leases") || declared.allows(name) {
+        // A semaphore's or read-write lock's slot is a lock name of its own
+        // (`quorumlock:permit:<name>:<i>`): judged as a lock key, and
+        // declared by its own name or its primitive's.
+        if matches!(kind, "permit" | "rw") {
+            let primitive = name.rsplit_once(':').map_or(name, |(n, _)| n);
+            if declared.allows(key) || declared.allows(primitive) {
+                return None;
+            }
+            return lock_key(conn, key);
+        }
+        // A slot's queue is declared by the slot's or its primitive's name.
+        let primitive = ["quorumlock:permit:", "quorumlock:rw:"]
+            .iter()
+            .find_map(|p| name.strip_prefix(p))
+            .and_then(|slot| slot.rsplit_once(':'))
+            .map(|(primitive, _)| primitive);
+        if !matches!(kind, "queue" | "leases")
+            || declared.allows(name)
+            || primitive.is_some_and(|p| declared.allows(p))
+        {
             return None;
         }
         let pttl = pttl(conn, key);
@@ -143,6 +164,11 @@ fn judge(conn: &mut redis::Connection, key: &str, declared: &Declared) -> Option
     if declared.allows(key) {
         return None;
     }
+    lock_key(conn, key)
+}
+
+/// What `key` is if it is a lock key (of either form).
+fn lock_key(conn: &mut redis::Connection, key: &str) -> Option<String> {
     let owner = crate::lock_key::owner(conn, key).ok()??;
     let pttl = pttl(conn, key);
     Some(format!("a lock key of owner {owner}, PTTL {pttl} ms"))

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use quorumlock::MultiSemaphore;
 
 /// Exit codes, as in sysexits.h where one fits (cron wrappers and shell
 /// scripts test for them). GUIDE.md's table and `--help` say the same.
@@ -109,6 +110,11 @@ pub enum Command {
     /// Run a command while holding NAME on a quorum of the nodes, renewed
     /// until the command ends.
     ///
+    /// NAME is a mutex: one command at a time. With --shared or
+    /// --exclusive it is a read-write lock instead (many readers or one
+    /// writer), with --permits K a semaphore (at most K at once): three
+    /// primitives that do not exclude each other, even under one name.
+    ///
     /// The command gets QUORUMLOCK_NAME, QUORUMLOCK_FENCING_TOKEN (larger
     /// than every earlier holder's: pass it to what the command writes) and
     /// QUORUMLOCK_OWNER in its environment, and not the node URLs
@@ -141,6 +147,11 @@ pub enum Command {
     /// Show, per node, who holds each NAME: owner, hold count, time to
     /// live, fencing counter, and the node's epoch and quarantine. Without
     /// names, the names held on any node (found with a bounded SCAN).
+    ///
+    /// Besides the lock NAME (the `mutex` row), the held slots of the
+    /// semaphore and the read-write lock NAME (`run --permits`, `--shared`,
+    /// `--exclusive`): a row per permit and per reader (with how many
+    /// the node holds), one for a writer.
     Status(StatusArgs),
     /// Check every node: reachability and round trip, server version,
     /// persistence, maxmemory-policy, clock offsets, ACL permissions, TLS.
@@ -202,6 +213,29 @@ pub struct RunArgs {
         default_missing_value = "redacted"
     )]
     pub pass_nodes: Option<PassNodes>,
+    /// Run as a reader of the read-write lock NAME: readers run together
+    /// (up to 32 at once), never beside an --exclusive writer of NAME. A
+    /// read-write lock is not the mutex a plain `run NAME` takes: a
+    /// reader does not exclude, and is not excluded by, a plain `run` of
+    /// the same name. The command also gets QUORUMLOCK_SLOT (its reader
+    /// slot, 0-31).
+    #[arg(long, conflicts_with_all = ["exclusive", "permits"])]
+    pub shared: bool,
+    /// Run as the writer of the read-write lock NAME: alone, once its
+    /// --shared readers and any other --exclusive writer have ended
+    /// (readers that come while it waits wait behind it). Like --shared, it does not exclude a plain
+    /// `run NAME` (the mutex): give every command on NAME --shared or
+    /// --exclusive.
+    #[arg(long, conflicts_with = "permits")]
+    pub exclusive: bool,
+    /// Take one of K permits of the semaphore NAME: at most K commands
+    /// with --permits run on NAME at once (K: 1 to 1024; give every
+    /// command on NAME the same K). Not the mutex of a plain `run NAME`, nor the read-write
+    /// lock of --shared. The command also gets QUORUMLOCK_SLOT (which
+    /// permit, 0 to K-1); its QUORUMLOCK_FENCING_TOKEN rises across the
+    /// holders of that permit.
+    #[arg(long, value_name = "K", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(MultiSemaphore::MAX_PERMITS)))]
+    pub permits: Option<u32>,
     /// The lock name, if it starts with `-` (as a NAME it would be taken
     /// for a flag).
     #[arg(long = "name", value_name = "NAME", conflicts_with = "name")]
@@ -214,7 +248,29 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// What `run` takes of its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The mutex (no flag).
+    Mutex,
+    /// `--shared`: a reader of the read-write lock.
+    Reader,
+    /// `--exclusive`: the writer of the read-write lock.
+    Writer,
+    /// `--permits K`: one of K permits of the semaphore.
+    Permit(u32),
+}
+
 impl RunArgs {
+    pub fn mode(&self) -> Mode {
+        match (self.shared, self.exclusive, self.permits) {
+            (true, _, _) => Mode::Reader,
+            (_, true, _) => Mode::Writer,
+            (_, _, Some(k)) => Mode::Permit(k),
+            _ => Mode::Mutex,
+        }
+    }
+
     /// The lock name, as NAME or `--name`.
     pub fn name(&self) -> &str {
         self.name_flag

@@ -73,9 +73,11 @@ impl Inspector {
         }
     }
 
-    /// The owner token of `name` as the first of `nodes` (indexes into the
-    /// configured nodes) that answers gives it.
-    pub async fn owner(&mut self, name: &str, nodes: &[usize]) -> Option<Vec<u8>> {
+    /// The owner tokens of `keys` (lock keys, read in one pipeline per
+    /// node) as the first of `nodes` (indexes into the configured nodes)
+    /// that answers gives each: every owner once, in the order of the
+    /// keys, with how many of the keys it holds.
+    pub async fn owners(&mut self, keys: &[String], nodes: &[usize]) -> Vec<(Vec<u8>, u32)> {
         let reads = nodes.iter().filter(|&&i| i < self.clients.len()).map(|&i| {
             let (client, conn) = (self.clients[i].clone(), self.conns[i].clone());
             async move {
@@ -83,18 +85,31 @@ impl Inspector {
                     Some(conn) => conn,
                     None => connect_within(client, GLANCE).await.ok()?.0,
                 };
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(crate::lock_key::READ).arg(1).arg(name);
-                let read = eval.query_async::<(Option<Vec<u8>>, u64)>(&mut conn);
-                let (owner, _holds) = tokio::time::timeout(GLANCE, read).await.ok()?.ok()?;
-                Some((i, conn, owner))
+                let mut pipe = redis::pipe();
+                for key in keys {
+                    crate::lock_key::read(&mut pipe, key);
+                }
+                let read = pipe.query_async::<Vec<(Option<Vec<u8>>, u64)>>(&mut conn);
+                let found = tokio::time::timeout(GLANCE, read).await.ok()?.ok()?;
+                Some((i, conn, found))
             }
         });
-        let mut found = None;
-        for (i, conn, owner) in join_all(reads).await.into_iter().flatten() {
+        let mut per_key: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        for (i, conn, found) in join_all(reads).await.into_iter().flatten() {
             self.conns[i] = Some(conn);
-            found = found.or(owner);
+            for (owner, (found, _holds)) in per_key.iter_mut().zip(found) {
+                if owner.is_none() {
+                    *owner = found;
+                }
+            }
         }
-        found
+        let mut owners: Vec<(Vec<u8>, u32)> = Vec::new();
+        for owner in per_key.into_iter().flatten() {
+            match owners.iter_mut().find(|(known, _)| *known == owner) {
+                Some((_, keys)) => *keys += 1,
+                None => owners.push((owner, 1)),
+            }
+        }
+        owners
     }
 }

@@ -14,6 +14,7 @@ mod nodes;
 mod release;
 mod run;
 mod shown;
+mod slots;
 mod status;
 mod watch;
 

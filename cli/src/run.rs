@@ -6,6 +6,7 @@
 
 mod child;
 mod job;
+mod primitive;
 mod supervise;
 mod terminal;
 mod waiting;
@@ -13,7 +14,7 @@ mod waiting;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-use quorumlock::{Error, LockGuard, MultiLock};
+use quorumlock::{Error, LockGuard};
 use rustix::process::Signal;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -25,6 +26,7 @@ use crate::watch::Watcher;
 
 use self::child::Spec;
 use self::job::JobControl;
+use self::primitive::{Held, Service};
 use self::supervise::{Ended, Limits};
 use self::terminal::Terminal;
 use self::waiting::Waiting;
@@ -85,10 +87,10 @@ pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
         .map(|b| b.watchdog(true))
         .build()?;
     let shown_urls = settings.shown_urls()?;
-    let lock = MultiLock::new(config);
+    let service = Service::new(args.mode(), config);
     let mut signals = Signals::install()?;
     let waiting = Waiting {
-        lock: &lock,
+        service: &service,
         name: args.name(),
         budget: if args.nonblock {
             Some(std::time::Duration::ZERO)
@@ -102,9 +104,9 @@ pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
         acquired = waiting.acquire() => acquired,
         signal = signals.next() => return Ok(128 + signal.as_raw() as u8),
     };
-    let guard = acquired.map_err(|error| refused(&args, &error))?;
-    let outcome = hold(settings, &args, &guard, &shown_urls, &mut signals).await;
-    let report = guard.release().await;
+    let held = acquired.map_err(|error| refused(&args, &error))?;
+    let outcome = hold(settings, &args, &held, &shown_urls, &mut signals).await;
+    let report = held.release().await;
     let ended = outcome?;
     match ended {
         Ended::Exited { status, .. } => Ok(status_code(status)),
@@ -128,10 +130,11 @@ pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
 async fn hold(
     settings: &Settings,
     args: &RunArgs,
-    guard: &LockGuard,
+    held: &Held,
     shown_urls: &[String],
     signals: &mut Signals,
 ) -> Result<Ended, Failure> {
+    let guard: &LockGuard = held;
     // The watcher starts (a fork and exec, on a blocking thread) while the
     // fencing token's round trip is under way; it is needed only once the
     // command runs, and if it cannot start, neither does the command.
@@ -159,6 +162,11 @@ async fn hold(
         ("QUORUMLOCK_FENCING_TOKEN", token.to_string()),
         ("QUORUMLOCK_OWNER", guard.token().to_owned()),
     ];
+    // Which permit or reader slot: a permit's fencing token rises across
+    // the holders of its slot, not of the whole semaphore.
+    if let Some(slot) = held.slot() {
+        env.push(("QUORUMLOCK_SLOT", slot.to_string()));
+    }
     match args.pass_nodes {
         Some(PassNodes::Redacted) => env.push(("QUORUMLOCK_NODES", shown_urls.join(","))),
         Some(PassNodes::WithPasswords) => env.push(("QUORUMLOCK_NODES", settings.nodes.join(","))),
@@ -245,7 +253,9 @@ fn refused(args: &RunArgs, error: &Error) -> Failure {
     }
     match error {
         // The error names the name.
-        Error::Config(_) | Error::InvalidKey { .. } => Failure::new(exit::USAGE, error.to_string()),
+        Error::Config(_) | Error::InvalidKey { .. } | Error::InvalidPermits { .. } => {
+            Failure::new(exit::USAGE, error.to_string())
+        }
         _ => Failure::new(exit::UNAVAILABLE, format!("{name}: {error}")),
     }
 }

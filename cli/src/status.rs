@@ -1,11 +1,14 @@
 //! `quorumlock status`: per node, who holds each name, from the keys
-//! themselves (see the crate's CHANGELOG, "Key format"). Without names,
-//! the names held on any node, found with a bounded `SCAN`. What a node
+//! themselves (see the crate's CHANGELOG, "Key format"): the mutex, and
+//! the held slots of the name's semaphore (`run --permits`) and
+//! read-write lock (`run --shared` / `--exclusive`). Without names, the
+//! names held on any node, found with a bounded `SCAN`. What a node
 //! answers is shown escaped (see `shown`): a node may lie.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use quorumlock::MultiRwLock;
 use quorumlock::redis::{self, aio::MultiplexedConnection};
 use serde::Serialize;
 
@@ -14,32 +17,62 @@ use crate::connect::{TIMEOUT, connect, query, server_time_ms};
 use crate::lock_key;
 use crate::nodes::{Failure, Settings};
 use crate::shown;
+use crate::slots::{self, Primitive};
 
 /// The prefix of the keys quorumlock derives from names: no lock name
 /// starts with it (the library refuses such names).
 pub const RESERVED_PREFIX: &str = "quorumlock:";
 
-/// One name on one node.
+/// One name's mutex, or one held slot of its semaphore or read-write
+/// lock, on one node.
 #[derive(Debug, Serialize)]
 struct Row {
     name: String,
     node: String,
+    /// What the row shows: `mutex` (every name has this row on every
+    /// node, held or not), `permit`, `reader` or `writer` (held slots
+    /// only), `slots` (reading the slots failed).
+    kind: Kind,
+    /// The permit's or the reader's slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slot: Option<u32>,
+    /// A permit row: how many permits of the name this node holds; a
+    /// reader row: how many readers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held: Option<u32>,
+    /// A writer row: how many of the reader slots its owner holds on this
+    /// node (all 32, but while it takes or loses them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slots: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     /// The first 8 characters of the holder's owner token.
     owner: Option<String>,
     holds: u64,
-    /// The key's time to live in ms (`None`: no key).
+    /// The key's time to live in ms (`None`: no key, or no expiry; a
+    /// writer: its slot key that expires first).
     pttl_ms: Option<i64>,
-    /// The fencing counter (the largest token handed out for the name).
+    /// The fencing counter (the largest token handed out for the name; a
+    /// slot's own counter; a writer: the largest of its slots').
     fence: Option<u64>,
     /// Set after a force release: renewals do not re-take the name.
     forced: bool,
     epoch: Option<Epoch>,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    Mutex,
+    Permit,
+    Reader,
+    Writer,
+    /// The slots could not be read (the row's `error` says why).
+    Slots,
+}
+
 /// The node's epoch marker (`quorumlock:epoch`).
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 struct Epoch {
     id: String,
     age_ms: i64,
@@ -87,16 +120,33 @@ pub async fn status(settings: &Settings, args: StatusArgs) -> Result<u8, Failure
     let mut rows = Vec::new();
     for (conn, node) in conns.iter().zip(&shown_urls) {
         for name in &names {
-            let row = match conn {
-                Ok(conn) => read(conn.clone(), name, quarantine)
-                    .await
-                    .unwrap_or_else(|error| Row::failed(name, error)),
-                Err(error) => Row::failed(name, error.clone()),
+            // A listing reads the slots of only the names it saw slots of.
+            let slotted = listing.as_ref().is_none_or(|l| l.slotted.contains(name));
+            let (row, slot_rows) = match conn {
+                Ok(conn) => match read(conn.clone(), name, quarantine).await {
+                    Ok(row) if !slotted => (row, Vec::new()),
+                    Ok(row) => {
+                        let slot_rows =
+                            read_slots(conn.clone(), name, &row)
+                                .await
+                                .unwrap_or_else(|error| {
+                                    vec![Row {
+                                        kind: Kind::Slots,
+                                        ..Row::failed(name, error)
+                                    }]
+                                });
+                        (row, slot_rows)
+                    }
+                    Err(error) => (Row::failed(name, error), Vec::new()),
+                },
+                Err(error) => (Row::failed(name, error.clone()), Vec::new()),
             };
-            rows.push(Row {
-                node: node.clone(),
-                ..row
-            });
+            for row in [row].into_iter().chain(slot_rows) {
+                rows.push(Row {
+                    node: node.clone(),
+                    ..row
+                });
+            }
         }
     }
     if args.json {
@@ -117,6 +167,10 @@ impl Row {
         Row {
             name: name.to_owned(),
             node: String::new(),
+            kind: Kind::Mutex,
+            slot: None,
+            held: None,
+            slots: None,
             error: Some(error),
             owner: None,
             holds: 0,
@@ -158,17 +212,244 @@ async fn read(
     Ok(Row {
         name: name.to_owned(),
         node: String::new(),
+        kind: Kind::Mutex,
+        slot: None,
+        held: None,
+        slots: None,
         error: None,
-        owner: owner.map(|o| shown::bytes(&o[..o.len().min(8)])),
+        owner: owner.map(|o| shown_owner(&o)),
         holds,
         pttl_ms: (pttl >= 0).then_some(pttl),
-        fence: fence.and_then(|f| {
-            let text = String::from_utf8_lossy(&f).into_owned();
-            text.split(' ').next().and_then(|v| v.parse().ok())
-        }),
+        fence: fence.as_deref().and_then(fence_value),
         forced,
         epoch: marker.and_then(|m| epoch(&String::from_utf8_lossy(&m), now, quarantine)),
     })
+}
+
+/// The first 8 characters of an owner token, escaped.
+fn shown_owner(owner: &[u8]) -> String {
+    shown::bytes(&owner[..owner.len().min(8)])
+}
+
+/// A fencing counter's value (`"<value> <epoch id>"`).
+fn fence_value(counter: &[u8]) -> Option<u64> {
+    let text = String::from_utf8_lossy(counter);
+    text.split(' ').next().and_then(|v| v.parse().ok())
+}
+
+/// One slot key found on a node.
+struct Slot {
+    primitive: Primitive,
+    slot: u32,
+    owner: Vec<u8>,
+    holds: u64,
+    pttl: i64,
+    fence: Option<u64>,
+    forced: bool,
+}
+
+/// The longest name whose slots are looked at one by one (see
+/// [`read_slots`]): 1,056 keys of up to 1 KiB each in one call.
+const MAX_LISTED_NAME: usize = 1024;
+
+/// The held slots of `name`'s semaphore and read-write lock on one node,
+/// as rows beside its mutex row `mutex` (whose epoch they share). Every
+/// slot a name can have is looked at (a semaphore's up to 1,024 and the
+/// 32 reader slots): in one round trip their `PTTL`s, in a second the
+/// keys that exist read with [`lock_key::READ`], with their fencing
+/// counters. Bounded and complete whatever the keyspace holds, and no
+/// `SCAN`, which the library's ACL does not grant. A name over
+/// [`MAX_LISTED_NAME`] would make that first call huge: its slots are
+/// found with a bounded `SCAN MATCH` instead.
+async fn read_slots(
+    mut conn: MultiplexedConnection,
+    name: &str,
+    mutex: &Row,
+) -> Result<Vec<Row>, String> {
+    let keys: Vec<(Primitive, u32, String)> = if name.len() <= MAX_LISTED_NAME {
+        Primitive::ALL
+            .into_iter()
+            .flat_map(|p| (0..p.slots()).map(move |slot| (p, slot, p.key(name, slot))))
+            .collect()
+    } else {
+        scan_slots(&mut conn, name).await?
+    };
+    let mut pipe = redis::pipe();
+    for (_, _, key) in &keys {
+        pipe.cmd("PTTL").arg(key);
+    }
+    let pttls: Vec<i64> = bounded(pipe.query_async(&mut conn)).await?;
+    // -2: no such key.
+    let present: Vec<_> = keys
+        .into_iter()
+        .zip(pttls)
+        .filter(|(_, pttl)| *pttl != -2)
+        .collect();
+    if present.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for ((_, _, key), _) in &present {
+        lock_key::read(&mut pipe, key);
+        pipe.cmd("GET").arg(format!("{RESERVED_PREFIX}fence:{key}"));
+        pipe.cmd("EXISTS")
+            .arg(format!("{RESERVED_PREFIX}forced:{key}"));
+    }
+    let replies: Vec<redis::Value> = bounded(pipe.query_async(&mut conn)).await?;
+    let mut replies = replies.into_iter();
+    let mut found = Vec::new();
+    for ((primitive, slot, key), pttl) in present {
+        let mut next = || replies.next().ok_or("a short reply".to_owned());
+        let parsed = (|| {
+            let (owner, holds): (Option<Vec<u8>>, u64) = redis::from_redis_value(next()?)?;
+            let fence: Option<Vec<u8>> = redis::from_redis_value(next()?)?;
+            let forced: bool = redis::from_redis_value(next()?)?;
+            Ok::<_, Box<dyn std::error::Error>>((owner, holds, fence, forced))
+        })()
+        .map_err(|e| format!("{}: {e}", shown::name(&key)))?;
+        let (owner, holds, fence, forced) = parsed;
+        // Gone between the two reads.
+        let Some(owner) = owner else { continue };
+        found.push(Slot {
+            primitive,
+            slot,
+            owner,
+            holds,
+            pttl,
+            fence: fence.as_deref().and_then(fence_value),
+            forced,
+        });
+    }
+    Ok(slot_rows(name, mutex, &found))
+}
+
+/// The slot keys of `name` on one node, found with `SCAN MATCH` (the
+/// name's glob characters escaped), bounded as the listing is.
+async fn scan_slots(
+    conn: &mut MultiplexedConnection,
+    name: &str,
+) -> Result<Vec<(Primitive, u32, String)>, String> {
+    let began = Instant::now();
+    // `quorumlock:permit:<name>:<i>` and `quorumlock:rw:<name>:<i>`, and
+    // keys derived from them, which `slots::parse` leaves out.
+    let pattern = format!("{RESERVED_PREFIX}*:{}:*", glob_escaped(name));
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    for _ in 0..MAX_SCAN_CALLS {
+        if began.elapsed() > SCAN_BUDGET {
+            return Err(format!(
+                "the slots' SCAN stopped after {} s",
+                SCAN_BUDGET.as_secs()
+            ));
+        }
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT);
+        let (next, keys): (u64, Vec<Vec<u8>>) = query(conn, &scan).await?;
+        for key in keys {
+            let Ok(key) = String::from_utf8(key) else {
+                continue;
+            };
+            if let Some((primitive, slot_of, slot)) = slots::parse(&key) {
+                let entry = (primitive, slot, key.clone());
+                if slot_of == name && !found.contains(&entry) {
+                    found.push(entry);
+                }
+            }
+        }
+        if next == 0 {
+            found.sort();
+            return Ok(found);
+        }
+        cursor = next;
+    }
+    Err(format!(
+        "the slots' SCAN stopped after {MAX_SCAN_CALLS} calls"
+    ))
+}
+
+/// `text` matching only itself in a `SCAN MATCH` pattern.
+fn glob_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The rows of the slots found on one node: a row per permit, a row per
+/// reader, one row for a writer (the one owner of several reader slots:
+/// a reader holds one).
+fn slot_rows(name: &str, mutex: &Row, found: &[Slot]) -> Vec<Row> {
+    let row = |kind, slot: &Slot| Row {
+        name: name.to_owned(),
+        node: String::new(),
+        kind,
+        slot: Some(slot.slot),
+        held: None,
+        slots: None,
+        error: None,
+        owner: Some(shown_owner(&slot.owner)),
+        holds: slot.holds,
+        pttl_ms: (slot.pttl >= 0).then_some(slot.pttl),
+        fence: slot.fence,
+        forced: slot.forced,
+        epoch: mutex.epoch.clone(),
+    };
+    let permits: Vec<&Slot> = found
+        .iter()
+        .filter(|s| s.primitive == Primitive::Semaphore)
+        .collect();
+    let rw: Vec<&Slot> = found
+        .iter()
+        .filter(|s| s.primitive == Primitive::ReadWrite)
+        .collect();
+    let held_by = |owner: &[u8]| rw.iter().filter(|s| s.owner == owner).count() as u32;
+    let readers = rw.iter().filter(|s| held_by(&s.owner) == 1).count() as u32;
+    let mut rows: Vec<Row> = permits
+        .iter()
+        .map(|slot| Row {
+            held: Some(permits.len() as u32),
+            ..row(Kind::Permit, slot)
+        })
+        .collect();
+    let mut writers: Vec<&[u8]> = Vec::new();
+    for slot in &rw {
+        let slots = held_by(&slot.owner);
+        if slots == 1 {
+            rows.push(Row {
+                held: Some(readers),
+                ..row(Kind::Reader, slot)
+            });
+        } else if !writers.contains(&slot.owner.as_slice()) {
+            writers.push(&slot.owner);
+            let mine = || rw.iter().filter(|s| s.owner == slot.owner);
+            rows.push(Row {
+                slot: None,
+                slots: Some(slots),
+                pttl_ms: mine().filter(|s| s.pttl >= 0).map(|s| s.pttl).min(),
+                fence: mine().filter_map(|s| s.fence).max(),
+                forced: mine().any(|s| s.forced),
+                holds: mine().map(|s| s.holds).max().unwrap_or_default(),
+                ..row(Kind::Writer, slot)
+            });
+        }
+    }
+    rows
+}
+
+/// `reply`, bounded by [`TIMEOUT`].
+async fn bounded<T>(reply: impl Future<Output = redis::RedisResult<T>>) -> Result<T, String> {
+    match tokio::time::timeout(TIMEOUT, reply).await {
+        Ok(reply) => reply.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {} s", TIMEOUT.as_secs())),
+    }
 }
 
 /// Parses `"<run_id> <epoch id> <start ms> <origin>"`; `None` for a marker
@@ -192,6 +473,9 @@ fn epoch(marker: &str, now_ms: i64, quarantine: Duration) -> Option<Epoch> {
 /// The names held on the nodes, as a bounded scan found them.
 struct Listing {
     names: BTreeSet<String>,
+    /// The names with held slots (permits, readers, a writer): only
+    /// these have their slots read, 1,056 keys a name.
+    slotted: BTreeSet<String>,
     /// Why the scan stopped early, if it did.
     incomplete: Vec<String>,
 }
@@ -204,16 +488,19 @@ const SCAN_COUNT: usize = 1000;
 const SCAN_BUDGET: Duration = Duration::from_secs(10);
 
 /// Scans each node for lock keys (either form of [`lock_key`], with a TTL),
-/// outside the reserved namespace. Bounded in calls, names and time.
+/// outside the reserved namespace but for the slots of semaphores and
+/// read-write locks, which list their name. Bounded in calls, names and
+/// time.
 async fn list_held(conns: &mut [Result<MultiplexedConnection, String>], limit: usize) -> Listing {
     let began = Instant::now();
     let mut listing = Listing {
         names: BTreeSet::new(),
+        slotted: BTreeSet::new(),
         incomplete: Vec::new(),
     };
     for conn in conns.iter_mut() {
         let Ok(conn) = conn else { continue };
-        if let Err(why) = scan_node(conn, limit, began, &mut listing.names).await {
+        if let Err(why) = scan_node(conn, limit, began, &mut listing).await {
             listing.incomplete.push(why);
         }
     }
@@ -225,8 +512,9 @@ async fn scan_node(
     conn: &mut MultiplexedConnection,
     limit: usize,
     began: Instant,
-    names: &mut BTreeSet<String>,
+    listing: &mut Listing,
 ) -> Result<(), String> {
+    let Listing { names, slotted, .. } = listing;
     let mut cursor: u64 = 0;
     for _ in 0..MAX_SCAN_CALLS {
         if began.elapsed() > SCAN_BUDGET {
@@ -240,13 +528,23 @@ async fn scan_node(
             .into_iter()
             // Lock names are text (the library takes &str).
             .filter_map(|key| String::from_utf8(key).ok())
-            .filter(|key| !key.starts_with(RESERVED_PREFIX) && !names.contains(key))
+            .filter(|key| match slots::parse(key) {
+                Some((_, name, _)) => !slotted.contains(name),
+                None => !key.starts_with(RESERVED_PREFIX) && !names.contains(key),
+            })
             .collect();
         for key in held(conn, keys).await? {
-            if names.len() >= limit {
-                return Err(format!("stopped at --limit {limit} names"));
+            let slot = slots::parse(&key);
+            let name = slot.map_or(key.as_str(), |(_, name, _)| name);
+            if !names.contains(name) {
+                if names.len() >= limit {
+                    return Err(format!("stopped at --limit {limit} names"));
+                }
+                names.insert(name.to_owned());
             }
-            names.insert(key);
+            if slot.is_some() {
+                slotted.insert(name.to_owned());
+            }
         }
         if next == 0 {
             return Ok(());
@@ -307,6 +605,7 @@ fn print_table(rows: &[Row]) {
     struct Cells {
         name: String,
         node: String,
+        kind: String,
         owner: String,
         holds: String,
         ttl: String,
@@ -325,15 +624,16 @@ fn print_table(rows: &[Row]) {
     let w = [
         width(|c| &c.name, "NAME"),
         width(|c| &c.node, "NODE"),
+        width(|c| &c.kind, "KIND"),
         width(|c| &c.owner, "OWNER"),
         width(|c| &c.holds, "HOLDS"),
         width(|c| &c.ttl, "TTL"),
         width(|c| &c.fence, "FENCE"),
     ];
     // Text columns to the left, numbers to the right.
-    let line = |c: [&str; 7]| {
+    let line = |c: [&str; 8]| {
         let line = format!(
-            "{:w0$}  {:w1$}  {:w2$}  {:>w3$}  {:>w4$}  {:>w5$}  {}",
+            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {:>w4$}  {:>w5$}  {:>w6$}  {}",
             c[0],
             c[1],
             c[2],
@@ -341,19 +641,23 @@ fn print_table(rows: &[Row]) {
             c[4],
             c[5],
             c[6],
+            c[7],
             w0 = w[0],
             w1 = w[1],
             w2 = w[2],
             w3 = w[3],
             w4 = w[4],
             w5 = w[5],
+            w6 = w[6],
         );
         println!("{}", line.trim_end());
     };
-    line(["NAME", "NODE", "OWNER", "HOLDS", "TTL", "FENCE", "EPOCH"]);
+    line([
+        "NAME", "NODE", "KIND", "OWNER", "HOLDS", "TTL", "FENCE", "EPOCH",
+    ]);
     for c in &cells {
         line([
-            &c.name, &c.node, &c.owner, &c.holds, &c.ttl, &c.fence, &c.rest,
+            &c.name, &c.node, &c.kind, &c.owner, &c.holds, &c.ttl, &c.fence, &c.rest,
         ]);
     }
 
@@ -361,15 +665,33 @@ fn print_table(rows: &[Row]) {
     fn row_cells(row: &Row) -> Cells {
         let name = shown::name(&row.name);
         let node = shown::name(&row.node);
+        let slot = row.slot.unwrap_or_default();
+        let kind = match row.kind {
+            Kind::Mutex => "mutex".to_owned(),
+            Kind::Permit => format!("permit #{slot} ({} held)", row.held.unwrap_or_default()),
+            Kind::Reader => format!("reader #{slot} ({} held)", row.held.unwrap_or_default()),
+            Kind::Writer => match row.slots {
+                Some(slots) if slots < MultiRwLock::READER_SLOTS => {
+                    format!("writer ({slots} of {} slots)", MultiRwLock::READER_SLOTS)
+                }
+                _ => "writer".to_owned(),
+            },
+            Kind::Slots => "slots".to_owned(),
+        };
         if let Some(error) = &row.error {
+            let what = match row.kind {
+                Kind::Mutex => "unreachable",
+                _ => "unread",
+            };
             return Cells {
                 name,
                 node,
+                kind,
                 owner: String::new(),
                 holds: String::new(),
                 ttl: String::new(),
                 fence: String::new(),
-                rest: format!("unreachable: {}", shown::name(error)),
+                rest: format!("{what}: {}", shown::name(error)),
             };
         }
         let epoch = match &row.epoch {
@@ -389,6 +711,7 @@ fn print_table(rows: &[Row]) {
         Cells {
             name,
             node,
+            kind,
             owner: row.owner.clone().unwrap_or_else(|| "-".to_owned()),
             holds: row.holds.to_string(),
             ttl: row
@@ -400,5 +723,16 @@ fn print_table(rows: &[Row]) {
                 if row.forced { " [force-released]" } else { "" }
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_characters_match_only_themselves() {
+        assert_eq!(glob_escaped("plain:name-1"), "plain:name-1");
+        assert_eq!(glob_escaped(r"a*b?c[d]e\f"), r"a\*b\?c\[d\]e\\f");
     }
 }

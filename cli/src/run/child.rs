@@ -56,6 +56,8 @@ pub fn spawn(spec: &Spec<'_>) -> Result<Child, Failure> {
         // The node URLs carry passwords: the command gets them only
         // through --pass-nodes (set in `env`).
         .env_remove("QUORUMLOCK_NODES")
+        // Set only for a permit or reader (in `env`): not an outer run's.
+        .env_remove("QUORUMLOCK_SLOT")
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .process_group(0);
     // The child inherits this thread's signal mask: SIGTTOU stays blocked

@@ -7,9 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::{Error, LockGuard, MultiLock, NodeErrorKind, NodeOutcome, NodeReports, Wait};
+use quorumlock::{Error, MultiRwLock, NodeErrorKind, NodeOutcome, NodeReports, Wait};
 
+use crate::args::Mode;
 use crate::connect::Inspector;
+use crate::run::primitive::{Held, NAMED, Service};
 use crate::shown;
 
 /// How long each turn of the library's wait loop lasts: the first line
@@ -19,7 +21,7 @@ const TURN: Duration = Duration::from_secs(1);
 
 /// Who waits, for what, and whether to say why.
 pub struct Waiting<'a> {
-    pub lock: &'a MultiLock,
+    pub service: &'a Service,
     pub name: &'a str,
     /// `None`: until the name is won.
     pub budget: Option<Duration>,
@@ -30,12 +32,12 @@ pub struct Waiting<'a> {
 
 impl Waiting<'_> {
     /// Acquires the name within the budget, telling why it waits.
-    pub async fn acquire(mut self) -> Result<LockGuard, Error> {
+    pub async fn acquire(mut self) -> Result<Held, Error> {
         let began = Instant::now();
         // Connected first (bounded by the connect timeout): a fresh process
         // must not spend its one `--nonblock` attempt's node timeout on
         // connecting. A node that fails here fails the attempt, which says so.
-        self.lock.warm_up().await;
+        self.service.lock().warm_up().await;
         let end = self.budget.and_then(|b| began.checked_add(b));
         let mut attempts = 0u32;
         let mut picture = Picture::default();
@@ -43,7 +45,7 @@ impl Waiting<'_> {
         loop {
             let left = end.map(|e| e.saturating_duration_since(Instant::now()));
             let turn = left.map_or(TURN, |l| l.min(TURN));
-            let last = match self.lock.acquire(self.name, Wait::up_to(turn)).await {
+            let last = match self.service.acquire(self.name, Wait::up_to(turn)).await {
                 Ok(guard) => return Ok(guard),
                 Err(Error::WaitBudgetExhausted {
                     attempts: made,
@@ -94,12 +96,13 @@ impl Waiting<'_> {
         };
         picture.update(reports);
         let holders = picture.holders();
-        let owner = if holders.is_empty() {
-            None
+        let owners = if holders.is_empty() {
+            Vec::new()
         } else {
-            self.inspector.owner(self.name, &holders).await
+            let keys = self.service.refusing_keys(self.name);
+            self.inspector.owners(&keys, &holders).await
         };
-        picture.reason(owner)
+        picture.reason(self.service.mode(), &owners)
     }
 }
 
@@ -161,9 +164,9 @@ impl Picture {
             .collect()
     }
 
-    /// The reason, from what the nodes said and the holder's owner token
-    /// as one node gave it.
-    fn reason(&self, owner: Option<Vec<u8>>) -> Reason {
+    /// The reason, from what the nodes said and the holders' owner
+    /// tokens as the nodes gave them (see [`Inspector::owners`]).
+    fn reason(&self, mode: Mode, owners: &[(Vec<u8>, u32)]) -> Reason {
         let total = self.nodes.len();
         let mut parts: Vec<(String, String)> = Vec::new();
         let held = self.said(|s| match s {
@@ -172,16 +175,19 @@ impl Picture {
         });
         if !held.is_empty() {
             let ttl = held.iter().map(|(_, ttl)| *ttl).max().flatten();
-            parts.push(held_by(owner.as_deref(), ttl));
+            parts.push(held_by(mode, owners, ttl));
         }
         if !self
             .said(|s| matches!(s, Said::QueueAhead).then_some(()))
             .is_empty()
         {
-            parts.push((
-                "others queue ahead".to_owned(),
-                "free, but others queue for it ahead".to_owned(),
-            ));
+            let text = match mode {
+                // The only waiters a reader meets: writers, queued on
+                // every reader slot.
+                Mode::Reader => "a writer waits for it, and goes first",
+                _ => "free, but others queue for it ahead",
+            };
+            parts.push(("others queue ahead".to_owned(), text.to_owned()));
         }
         let quarantined = self.said(|s| match s {
             Said::Quarantined(left) => Some(*left),
@@ -236,26 +242,80 @@ impl Picture {
     }
 }
 
-/// The key and text of "held by another owner": its owner token as a node
-/// gave it, and the longest time to live its key has on a node.
-fn held_by(owner: Option<&[u8]>, ttl: Option<Duration>) -> (String, String) {
-    // The first 8 characters, as `status` shows them: enough to tell
-    // holders apart, far too few to act as the owner.
-    let who = match owner {
-        Some(token) => format!("owner {}", shown::bytes(&token[..token.len().min(8)])),
-        None => "another owner".to_owned(),
-    };
-    let expires = match ttl {
+/// The key and text of "held by another owner": who holds what `mode`
+/// waits for (owner tokens as the nodes gave them, each with how many of
+/// the keys read it holds), and the longest time to live its key has on a
+/// node. Owners show their first 8 characters, as `status` shows them:
+/// enough to tell holders apart, far too few to act as the owner. The
+/// key names one holder (a new one is news), not a changing crowd of
+/// readers or permit holders.
+fn held_by(mode: Mode, owners: &[(Vec<u8>, u32)], ttl: Option<Duration>) -> (String, String) {
+    let short = |token: &[u8]| shown::bytes(&token[..token.len().min(8)]);
+    let expires = |what: &str| match ttl {
         Some(ttl) => format!(
-            "its key expires in {:.1} s unless renewed",
+            "{what} expires in {:.1} s unless renewed",
             ttl.as_secs_f64()
         ),
-        None => "its key has no expiry".to_owned(),
+        None => format!("{what} has no expiry"),
     };
-    (
-        format!("held by {who}"),
-        format!("held by {who} ({expires})"),
-    )
+    let listed = |more: bool| {
+        let mut list: Vec<String> = owners
+            .iter()
+            .take(NAMED as usize)
+            .map(|(owner, _)| short(owner))
+            .collect();
+        if more || owners.len() > NAMED as usize {
+            list.push("…".to_owned());
+        }
+        list.join(", ")
+    };
+    let one = |what: &str, owner: Option<&[u8]>| {
+        let who = match owner {
+            Some(token) => format!("{what} {}", short(token)),
+            None => format!("another {what}"),
+        };
+        (
+            format!("held by {who}"),
+            format!("held by {who} ({})", expires("its key")),
+        )
+    };
+    match mode {
+        Mode::Mutex => one("owner", owners.first().map(|(o, _)| o.as_slice())),
+        Mode::Permit(k) => (
+            "all permits held".to_owned(),
+            if owners.is_empty() {
+                format!(
+                    "all {k} permits held ({})",
+                    expires("the soonest permit's key")
+                )
+            } else {
+                format!(
+                    "all {k} permits held, by owners {} ({})",
+                    listed(k as usize > owners.len()),
+                    expires("the soonest permit's key")
+                )
+            },
+        ),
+        Mode::Reader | Mode::Writer => {
+            // A writer holds every reader slot with one owner token.
+            let writer = owners
+                .iter()
+                .find(|(_, slots)| *slots == MultiRwLock::READER_SLOTS);
+            match writer {
+                Some((owner, _)) => one("writer", Some(owner)),
+                None if owners.is_empty() => one("owner", None),
+                None => (
+                    "held by readers".to_owned(),
+                    format!(
+                        "held by {} reader(s), owners {} ({})",
+                        owners.len(),
+                        listed(false),
+                        expires("a key")
+                    ),
+                ),
+            }
+        }
+    }
 }
 
 /// Why a wait goes on: `key` tells one reason from another (another

@@ -43,6 +43,57 @@ pub const OWNERS_SCRIPT: &str = concat!(
     "local out = {}\nfor i = 1, #KEYS do out[i] = lock_owner(KEYS[i]) end\nreturn out\n"
 );
 
+/// For a prober: of `KEYS`, each one that is a lock key, as its index
+/// (1-based), owner token and `PTTL`, flat; read in one call, at one
+/// instant.
+pub const PROBE_SCRIPT: &str = concat!(
+    owner_function!(),
+    r#"local out = {}
+for i = 1, #KEYS do
+  local owner = lock_owner(KEYS[i])
+  if owner then
+    out[#out + 1] = i
+    out[#out + 1] = owner
+    out[#out + 1] = redis.call('PTTL', KEYS[i])
+  end
+end
+return out
+"#
+);
+
+/// Reads every lock key among `keys` at one instant ([`PROBE_SCRIPT`]):
+/// `(key, owner, PTTL in ms)` for each present, in the order of `keys`.
+pub fn probe(
+    conn: &mut redis::Connection,
+    keys: &[String],
+) -> redis::RedisResult<Vec<(String, String, i64)>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let flat: Vec<redis::Value> = redis::cmd("EVAL")
+        .arg(PROBE_SCRIPT)
+        .arg(keys.len())
+        .arg(keys)
+        .query(conn)?;
+    let mut found = Vec::with_capacity(flat.len() / 3);
+    for triple in flat.chunks(3) {
+        if let [
+            redis::Value::Int(i),
+            redis::Value::BulkString(owner),
+            redis::Value::Int(pttl),
+        ] = triple
+            && let Some(key) = usize::try_from(*i - 1).ok().and_then(|i| keys.get(i))
+        {
+            found.push((
+                key.clone(),
+                String::from_utf8_lossy(owner).into_owned(),
+                *pttl,
+            ));
+        }
+    }
+    Ok(found)
+}
+
 /// Adds a read of lock key `key`'s owner to `pipe` (its reply: the owner
 /// token, or nil).
 pub fn read_owner(pipe: &mut redis::Pipeline, key: &str) {

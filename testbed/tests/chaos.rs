@@ -163,3 +163,15 @@ fn the_same_failover_under_one_node_of_five_keeps_the_lock() {
     assert_eq!(report.stats.acquisitions, 1, "only A may hold it\n{table}");
     assert_eq!(report.stats.failed, 1, "B must fail\n{table}");
 }
+
+#[test]
+fn control_a_permit_taken_beyond_k_is_caught() {
+    let (outcome, table) = caught(Control::ExtraPermit);
+    // Every slot had one holder: only the count of permits is wrong.
+    assert_eq!(outcome.report.count(ViolationKind::Overlap), 0, "{table}");
+}
+
+#[test]
+fn control_a_writer_on_some_reader_slots_is_caught() {
+    caught(Control::PartialWriter);
+}

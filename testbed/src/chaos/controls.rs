@@ -10,17 +10,22 @@
 //! | `fast_clocks` | a majority's clocks run 4× fast: keys expire long before the validity ends | overlap |
 //! | `client_pause` | a holder pauses past its validity between its lock check and its writes | unfenced lost update (the fenced write is refused) |
 //! | `lost_release` | a release that never reaches one node (the key is put back there as the release skipped it) | key left after release |
+//! | `extra_permit` | a semaphore client configured with K + 1 permits while the others (and the checker) use K | more than K holders |
+//! | `partial_writer` | a "writer" that takes only half of a read-write lock's reader slots (a plain multi-name lock, which `MultiLock` accepts on slot names) | writer overlaps a reader |
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use quorumlock::{LockConfig, LockGuard, MultiLock, Quorum};
+use quorumlock::{
+    LockConfig, LockGuard, MultiLock, MultiRwLock, MultiSemaphore, Owner, Quorum, Wait,
+};
 
 use super::checker::{CheckReport, Floors, ViolationKind};
-use super::history::{HistoryWriter, What};
-use super::worker::{WorkerOptions, held_indexes, read_counters, to_monotonic};
+use super::history::{HistoryWriter, Mode, What};
+use super::hold_log::{Held, HoldLog};
+use super::worker::{WorkerOptions, read_counters};
 use super::workers::Workers;
 use super::{ChaosError, finish};
 use crate::{ClockSkew, NodeOptions, Proxy, ReplicaPair, Restart, Testbed, redis_server_binary};
@@ -47,16 +52,25 @@ pub enum Control {
     /// Three nodes; the holder's release misses one of them (the key is
     /// put back there as it was), and the run's prober finds it.
     LostRelease,
+    /// Three nodes; of three clients of a semaphore with K = 2, one takes
+    /// its permit with K + 1 (a misconfigured client), and all three hold.
+    ExtraPermit,
+    /// Three nodes; two readers of a read-write lock hold, and a "writer"
+    /// takes half of the reader slots (those the readers do not hold) as a
+    /// plain multi-name lock.
+    PartialWriter,
 }
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 5] = [
+    pub const ALL: [Control; 7] = [
         Control::SingleNodeFailover,
         Control::ImmediateRestart,
         Control::FastClocks,
         Control::ClientPause,
         Control::LostRelease,
+        Control::ExtraPermit,
+        Control::PartialWriter,
     ];
 
     /// Its name on the command line and in reports.
@@ -67,6 +81,8 @@ impl Control {
             Control::FastClocks => "fast_clocks",
             Control::ClientPause => "client_pause",
             Control::LostRelease => "lost_release",
+            Control::ExtraPermit => "extra_permit",
+            Control::PartialWriter => "partial_writer",
         }
     }
 
@@ -75,6 +91,8 @@ impl Control {
         match self {
             Control::ClientPause => ViolationKind::UnfencedLostUpdate,
             Control::LostRelease => ViolationKind::KeyLeftAfterRelease,
+            Control::ExtraPermit => ViolationKind::MoreThanKHolders,
+            Control::PartialWriter => ViolationKind::WriterOverlap,
             _ => ViolationKind::Overlap,
         }
     }
@@ -124,6 +142,8 @@ fn schedule_once(
         Control::FastClocks => runtime.block_on(fast_clocks(dir)),
         Control::ClientPause => client_pause(dir, worker_bin),
         Control::LostRelease => runtime.block_on(lost_release(dir)),
+        Control::ExtraPermit => runtime.block_on(extra_permit(dir)),
+        Control::PartialWriter => runtime.block_on(partial_writer(dir)),
     }
 }
 
@@ -180,9 +200,11 @@ pub fn run(control: Control, dir: &Path, worker_bin: &Path) -> Result<ControlOut
     })
 }
 
-/// A client of a control: one `MultiLock` logging to its own history.
+/// A client of a control: one `MultiLock` (and a read-write lock and a
+/// semaphore service beside it) logging to its own history.
 struct Client {
     lock: MultiLock,
+    rw: MultiRwLock,
     log: HistoryWriter,
     name: &'static str,
     holds: u32,
@@ -206,12 +228,14 @@ impl Client {
             .quarantine(Duration::ZERO)
             .build()
             .map_err(|e| ChaosError::Options(e.to_string()))?;
-        let lock = MultiLock::new(config);
+        let lock = MultiLock::new(config.clone());
         let _ = lock.warm_up().await;
+        let rw = MultiRwLock::new(config);
         let log = HistoryWriter::create(&dir.join(format!("history-{name}.jsonl")), name)
             .map_err(ChaosError::io("creating a control history"))?;
         Ok(Client {
             lock,
+            rw,
             log,
             name,
             holds: 0,
@@ -222,69 +246,89 @@ impl Client {
         dir.join(format!("history-{name}.jsonl"))
     }
 
-    /// Acquires `key` (waiting up to `wait`), logging the attempt, the win
-    /// (with the nodes held) and the fencing token.
-    async fn acquire(&mut self, key: &str, wait: Duration) -> Option<(LockGuard, String)> {
+    /// Starts the next acquire call of `key` in the history (`owner`: the
+    /// one its attempts write, if it names one).
+    fn attempt(&mut self, key: &str, owner: Option<&Owner>) -> HoldLog {
         self.holds += 1;
         let hold = format!("{}-{}", self.name, self.holds);
-        let owner = quorumlock::Owner::new();
-        let _ = self.log.log(What::AcquireStart {
-            key: key.into(),
-            hold: hold.clone(),
-            owner: Some(owner.token().to_string()),
-        });
-        match self
-            .lock
-            .acquire_as(&owner, key, quorumlock::Wait::up_to(wait))
-            .await
-        {
-            Ok(guard) => {
-                let nodes = held_indexes(&guard);
-                let deadline = to_monotonic(guard.deadline());
-                let _ = self.log.log(What::Won {
-                    key: key.into(),
-                    hold: hold.clone(),
-                    deadline,
-                    nodes,
-                });
-                match guard.fencing_token().await {
-                    Ok(token) => {
-                        let _ = self.log.log(What::Token {
-                            key: key.into(),
-                            hold: hold.clone(),
-                            token,
-                        });
-                    }
-                    Err(e) => {
-                        let _ = self.log.log(What::TokenFailed {
-                            key: key.into(),
-                            hold: hold.clone(),
-                            error: e.to_string(),
-                        });
-                    }
-                }
-                Some((guard, hold))
+        HoldLog::attempt(&self.log, key, &hold, owner)
+    }
+
+    /// Logs the win of `held` (as `mode`) and its fencing token, or the
+    /// failure.
+    async fn won(
+        rec: HoldLog,
+        held: Result<Held, quorumlock::Error>,
+        mode: Option<Mode>,
+    ) -> Option<(Held, HoldLog)> {
+        match held {
+            Ok(held) => {
+                rec.won(&held, mode);
+                rec.token(&held).await;
+                Some((held, rec))
             }
             Err(e) => {
-                let _ = self.log.log(What::Failed {
-                    key: key.into(),
-                    hold,
-                    error: e.to_string(),
-                });
+                rec.failed(&e);
                 None
             }
         }
     }
 
-    async fn release(&self, guard: LockGuard, hold: &str) {
-        let deadline = to_monotonic(guard.deadline());
-        let _ = self.log.log(What::Release {
-            key: guard.key().to_string(),
-            hold: hold.to_string(),
-            deadline,
-            held: guard.is_held(),
-        });
-        let _ = guard.release().await;
+    /// Acquires `key` (waiting up to `wait`), logging the attempt, the win
+    /// (with the nodes held) and the fencing token.
+    async fn acquire(&mut self, key: &str, wait: Duration) -> Option<(LockGuard, HoldLog)> {
+        let owner = Owner::new();
+        let rec = self.attempt(key, Some(&owner));
+        let held = self.lock.acquire_as(&owner, key, Wait::up_to(wait)).await;
+        match Client::won(rec, held.map(Held::Lock), None).await {
+            Some((Held::Lock(guard), rec)) => Some((guard, rec)),
+            _ => None,
+        }
+    }
+
+    /// One of `taken` permits of semaphore `name`, logged as one of
+    /// `believed` (what the holder thinks K is).
+    async fn permit(
+        &mut self,
+        name: &str,
+        taken: u32,
+        believed: u32,
+        wait: Duration,
+    ) -> Option<(Held, HoldLog)> {
+        let rec = self.attempt(name, None);
+        let semaphore = MultiSemaphore::over(&self.lock);
+        let held = semaphore.acquire(name, taken, Wait::up_to(wait)).await;
+        let held = held.map(|permit| Held::Permit(permit, believed));
+        let mode = held.as_ref().ok().and_then(Held::mode);
+        Client::won(rec, held, mode).await
+    }
+
+    /// The read side of read-write lock `name`.
+    async fn read(&mut self, name: &str, wait: Duration) -> Option<(Held, HoldLog)> {
+        let rec = self.attempt(name, None);
+        let held = self.rw.read(name, Wait::up_to(wait)).await.map(Held::Read);
+        let mode = held.as_ref().ok().and_then(Held::mode);
+        Client::won(rec, held, mode).await
+    }
+
+    /// A broken writer of read-write lock `name`: a plain multi-name lock
+    /// on the reader slots `slots` only, logged as the write side.
+    async fn partial_write(&mut self, name: &str, slots: &[u32]) -> Option<(Held, HoldLog)> {
+        let rec = self.attempt(name, None);
+        let names: Vec<String> = slots
+            .iter()
+            .map(|i| format!("quorumlock:rw:{name}:{i}"))
+            .collect();
+        let held = self.lock.try_acquire_all(&names).await.map(Held::Lock);
+        Client::won(rec, held, Some(Mode::Write)).await
+    }
+
+    async fn release(&self, guard: LockGuard, rec: &HoldLog) {
+        self.release_held(Held::Lock(guard), rec).await;
+    }
+
+    async fn release_held(&self, held: Held, rec: &HoldLog) {
+        rec.release(held, None).await;
     }
 }
 
@@ -318,8 +362,8 @@ fn fault_start(log: &HistoryWriter, fault: u32, kind: &str, target: &str, detail
 async fn wind_up(
     a: &Client,
     b: &Client,
-    (guard_a, hold_a): (LockGuard, String),
-    won_b: Option<(LockGuard, String)>,
+    (guard_a, hold_a): (LockGuard, HoldLog),
+    won_b: Option<(LockGuard, HoldLog)>,
     log: &HistoryWriter,
     dir: &Path,
     chaos: PathBuf,
@@ -620,6 +664,10 @@ fn client_pause(dir: &Path, worker_bin: &Path) -> Result<(Vec<PathBuf>, Floors),
         seed: 7,
         pause_before_write: None,
         holds_per_task: Some(3),
+        rw_keys: Vec::new(),
+        rw_tasks: 0,
+        semaphore: None,
+        permit_tasks: 0,
     };
     let workers = Workers::new(worker_bin, dir, template);
     let a = workers.spawn_with(|o| {
@@ -661,4 +709,101 @@ fn client_pause(dir: &Path, worker_bin: &Path) -> Result<(Vec<PathBuf>, Floors),
         ..Floors::none()
     };
     Ok((inputs, floors))
+}
+
+/// The end of a shared-primitive schedule: everyone holds a moment longer
+/// (the excess shows in the timeline), then releases; the history files
+/// to check, with no floors.
+async fn release_all(
+    held: Vec<(&Client, Held, HoldLog)>,
+    log: &HistoryWriter,
+    dir: &Path,
+    chaos: PathBuf,
+) -> (Vec<PathBuf>, Floors) {
+    tokio::time::sleep(WORK).await;
+    let mut inputs = Vec::new();
+    for (client, guard, rec) in held {
+        client.release_held(guard, &rec).await;
+        inputs.push(Client::path(dir, client.name));
+    }
+    let _ = log.log(What::Final {
+        fenced: Vec::new(),
+        unfenced: Vec::new(),
+        keys_left: Vec::new(),
+    });
+    inputs.push(chaos);
+    (inputs, Floors::none())
+}
+
+async fn extra_permit(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::ExtraPermit;
+    const K: u32 = 2;
+    let nodes = Testbed::start(3)?;
+    nodes.skip_leftover_check();
+    let (log, chaos) = injector(dir)?;
+    let ttl = Duration::from_secs(5);
+    let mut clients = Vec::new();
+    for name in ["A", "B", "C"] {
+        clients.push(Client::new(dir, name, nodes.urls(), ttl).await?);
+    }
+    let _ = log.log(What::Note {
+        text: format!("A and B take permits of exports with K = {K}; C, misconfigured, with K + 1"),
+    });
+    let mut held = Vec::new();
+    for (client, taken) in clients.iter_mut().zip([K, K, K + 1]) {
+        let name = client.name;
+        let (guard, rec) = client
+            .permit("exports", taken, K, Duration::from_secs(1))
+            .await
+            .ok_or_else(|| schedule(c, format!("{name} did not get a permit")))?;
+        held.push((guard, rec));
+    }
+    let held = clients
+        .iter()
+        .zip(held)
+        .map(|(client, (guard, rec))| (client, guard, rec))
+        .collect();
+    Ok(release_all(held, &log, dir, chaos).await)
+}
+
+async fn partial_writer(dir: &Path) -> Result<(Vec<PathBuf>, Floors), ChaosError> {
+    let c = Control::PartialWriter;
+    let name = "settings";
+    let nodes = Testbed::start(3)?;
+    nodes.skip_leftover_check();
+    let (log, chaos) = injector(dir)?;
+    let ttl = Duration::from_secs(5);
+    let mut a = Client::new(dir, "A", nodes.urls(), ttl).await?;
+    let mut b = Client::new(dir, "B", nodes.urls(), ttl).await?;
+    let mut w = Client::new(dir, "W", nodes.urls(), ttl).await?;
+    let (read_a, rec_a) = a
+        .read(name, Duration::from_secs(1))
+        .await
+        .ok_or_else(|| schedule(c, "A did not get the read side"))?;
+    let (read_b, rec_b) = b
+        .read(name, Duration::from_secs(1))
+        .await
+        .ok_or_else(|| schedule(c, "B did not get the read side"))?;
+    // Half of the slots, none of them the readers': a writer that skips
+    // slots does not see the readers on them.
+    let taken = [read_a.mode(), read_b.mode()].map(|m| m.and_then(Mode::slot));
+    let half: Vec<u32> = (0..MultiRwLock::READER_SLOTS)
+        .filter(|i| !taken.contains(&Some(*i)))
+        .take((MultiRwLock::READER_SLOTS / 2) as usize)
+        .collect();
+    let _ = log.log(What::Note {
+        text: format!(
+            "W takes reader slots {half:?} of {name} as a plain lock, while A and B read on slots {taken:?}"
+        ),
+    });
+    let (write_w, rec_w) = w
+        .partial_write(name, &half)
+        .await
+        .ok_or_else(|| schedule(c, "W did not get its half of the slots"))?;
+    let held = vec![
+        (&w, write_w, rec_w),
+        (&a, read_a, rec_a),
+        (&b, read_b, rec_b),
+    ];
+    Ok(release_all(held, &log, dir, chaos).await)
 }

@@ -125,6 +125,11 @@ fn run_on(options: &DockerMixOptions, deployment: &Deployment) -> Result<Outcome
         seed: base.seed,
         pause_before_write: None,
         holds_per_task: None,
+        // The read-write and semaphore workloads run in the native mix.
+        rw_keys: Vec::new(),
+        rw_tasks: 0,
+        semaphore: None,
+        permit_tasks: 0,
     };
     let workers = Workers::new(&base.worker_bin, &dir, template);
     for _ in 0..base.workers {

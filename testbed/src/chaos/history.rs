@@ -46,6 +46,51 @@ pub enum Target {
     Unfenced,
 }
 
+/// What a hold of a [`MultiRwLock`](quorumlock::MultiRwLock) or a
+/// [`MultiSemaphore`](quorumlock::MultiSemaphore) is (a mutex hold has
+/// none): what the checker judges it by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The read side of a read-write lock name: one of its reader slots.
+    /// Readers share; no writer may overlap one.
+    Read {
+        /// The reader slot held.
+        slot: u32,
+    },
+    /// The write side of a read-write lock name (every reader slot):
+    /// overlaps no other hold of the name.
+    Write,
+    /// One permit of a semaphore name, taken as one of `permits`: at most
+    /// that many holds of the name overlap.
+    Permit {
+        /// The slot held (below `permits`).
+        slot: u32,
+        /// The K the holder took its permit with.
+        permits: u32,
+    },
+}
+
+impl Mode {
+    /// The one slot the hold has (a reader's, a permit's); `None` for a
+    /// writer, which has every slot.
+    pub fn slot(self) -> Option<u32> {
+        match self {
+            Mode::Read { slot } | Mode::Permit { slot, .. } => Some(slot),
+            Mode::Write => None,
+        }
+    }
+
+    /// `read`, `write` or `permit`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Read { .. } => "read",
+            Mode::Write => "write",
+            Mode::Permit { .. } => "permit",
+        }
+    }
+}
+
 /// The kinds of event. Holds are named by `hold`, unique in the run
 /// (`<worker>-<sequence>`); an attempt that wins keeps its id as the hold id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -78,6 +123,17 @@ pub enum What {
         deadline: Nanos,
         /// Indexes (0-based, configuration order) of the nodes held.
         nodes: Vec<usize>,
+        /// What the hold is when it is not a mutex's: a read-write lock's
+        /// read or write side, or a semaphore's permit. Absent for a mutex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<Mode>,
+        /// The owner token of the attempt that won, for a call whose
+        /// attempts each write a token of their own (a semaphore's or a
+        /// read-write lock's, which take no owner): the prober's findings
+        /// are traced to the call through it. Absent when the
+        /// [`What::AcquireStart`] named the owner.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
     },
     /// The acquire returned an error.
     Failed {
@@ -380,6 +436,46 @@ mod tests {
         bytes.extend_from_slice(&torn[..cut]);
         assert!(std::str::from_utf8(&bytes).is_err());
         assert_eq!(read_bytes(&bytes).unwrap(), vec![first]);
+    }
+
+    #[test]
+    fn a_won_event_with_a_mode_round_trips() {
+        for mode in [
+            None,
+            Some(Mode::Read { slot: 7 }),
+            Some(Mode::Write),
+            Some(Mode::Permit {
+                slot: 1,
+                permits: 3,
+            }),
+        ] {
+            let event = Event {
+                t: 5,
+                src: "w1".into(),
+                what: What::Won {
+                    key: "rw0".into(),
+                    hold: "w1-3".into(),
+                    deadline: 9,
+                    nodes: vec![0, 2],
+                    mode,
+                    owner: mode.map(|_| "0af1".to_string()),
+                },
+            };
+            let bytes = line(&event);
+            assert_eq!(read_bytes(&bytes).unwrap(), vec![event]);
+        }
+        // A mutex's win says nothing of either.
+        let plain =
+            r#"{"t":1,"src":"w1","ev":"won","key":"k0","hold":"w1-1","deadline":2,"nodes":[0]}"#;
+        let events = read_bytes(format!("{plain}\n").as_bytes()).unwrap();
+        assert!(matches!(
+            &events[0].what,
+            What::Won {
+                mode: None,
+                owner: None,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The chaos mix: workers contend for a few lock names while three lanes
+//! The chaos mix: workers contend for a few lock names (mutexes, and
+//! beside them read-write lock names and a semaphore) while three lanes
 //! inject faults (node processes; links and clocks; clients), then the
 //! run goes quiet, looks for keys left behind, and checks the history.
 
@@ -16,7 +17,7 @@ use super::checker::{CheckReport, Floors};
 use super::cluster::{Backing, Cluster, Role, Slot};
 use super::faults::{FaultKind, Lane};
 use super::history::{self, HistoryWriter, What};
-use super::worker::{WorkerOptions, fenced_key, read_counters, unfenced_key};
+use super::worker::{SEMAPHORE, WorkerOptions, fenced_key, read_counters, rw_names, unfenced_key};
 use super::workers::Workers;
 use super::{ChaosError, finish};
 use crate::{ClockSkew, NetFault, Restart};
@@ -43,6 +44,14 @@ pub struct MixOptions {
     pub tasks: usize,
     /// Lock names with short holds (plus one with long holds).
     pub keys: usize,
+    /// Read-write lock names (`rw0`, …).
+    pub rw_names: usize,
+    /// Read-write lock tasks per worker (0: no read-write workload).
+    pub rw_tasks: usize,
+    /// Semaphore tasks per worker (0: no semaphore workload).
+    pub permit_tasks: usize,
+    /// The semaphore's permits K.
+    pub permits: u32,
     /// The locks' TTL.
     pub ttl: Duration,
     /// The per-node call timeout.
@@ -95,6 +104,10 @@ impl MixOptions {
             workers: 6,
             tasks: 3,
             keys: 4,
+            rw_names: 2,
+            rw_tasks: 1,
+            permit_tasks: 1,
+            permits: 3,
             ttl: Duration::from_millis(1_000),
             node_timeout: Duration::from_millis(100),
             drift_factor: 0.02,
@@ -153,6 +166,15 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
             options.nodes
         )));
     }
+    if options.permit_tasks > 0
+        && !(1..=quorumlock::MultiSemaphore::MAX_PERMITS).contains(&options.permits)
+    {
+        return Err(ChaosError::Options(format!(
+            "--permits {}: a semaphore has 1 to {} permits",
+            options.permits,
+            quorumlock::MultiSemaphore::MAX_PERMITS
+        )));
+    }
     std::fs::create_dir_all(&options.dir).map_err(ChaosError::io(format!(
         "creating {}",
         options.dir.display()
@@ -182,14 +204,28 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
         options.seed,
         options.duration
     ));
+    say(&format!(
+        "chaos: beside them, per worker {} read-write task(s) on {} name(s) and {} task(s) on a semaphore of {} permits",
+        options.rw_tasks, options.rw_names, options.permit_tasks, options.permits
+    ));
     let cluster = match &options.external {
         Some(external) => Cluster::external(&external.nodes, &external.resource)?,
         None => Cluster::start(options.nodes)?,
     };
     let keys: Vec<String> = (0..options.keys).map(|i| format!("k{i}")).collect();
+    let rw_keys = if options.rw_tasks > 0 {
+        rw_names(options.rw_names)
+    } else {
+        Vec::new()
+    };
+    let semaphore = (options.permit_tasks > 0).then(|| (SEMAPHORE.to_string(), options.permits));
+    // The names with counters: the mutexes', and the read-write locks'
+    // (their writers update them).
     let mut names = keys.clone();
     names.push("job".to_string());
+    names.extend(rw_keys.iter().cloned());
     reset_counters(&mut cluster.resource.connection()?, &names)?;
+    let probed = probed_names(&names[..keys.len() + 1], &rw_keys, semaphore.as_ref());
     let chaos_history = options.dir.join("history-chaos.jsonl");
     let log = HistoryWriter::create(&chaos_history, "chaos")
         .map_err(ChaosError::io("creating the chaos history"))?;
@@ -207,6 +243,10 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
         seed: options.seed,
         pause_before_write: None,
         holds_per_task: None,
+        rw_keys,
+        rw_tasks: options.rw_tasks,
+        semaphore,
+        permit_tasks: options.permit_tasks,
     };
     // The workers keep the default quarantine; the checker judges votes by it.
     let quarantine = LockConfig::builder()
@@ -247,7 +287,7 @@ fn run_on(options: &MixOptions) -> Result<Outcome, ChaosError> {
         if options.progress {
             scope.spawn(|| progress(&ctx.book, &workers, ctx.end, options.duration));
         }
-        scope.spawn(|| probe(&cluster, &log, ctx.end, &names));
+        scope.spawn(|| probe(&cluster, &log, ctx.end, &probed));
     });
     let _ = log.log(What::Note {
         text: "faults end".into(),
@@ -320,6 +360,27 @@ pub(super) fn count_in(path: &Path, from: u64) -> (u64, u64) {
     (n, from + whole as u64)
 }
 
+/// The lock names the prober reads: the mutexes' (`mutexes`), and every
+/// slot of the read-write lock names (`quorumlock:rw:<name>:<i>`) and of
+/// the semaphore (`quorumlock:permit:<name>:<i>`, i < K). A slot is an
+/// ordinary lock name: a key left on one is judged as any lock key.
+pub fn probed_names(
+    mutexes: &[String],
+    rw_keys: &[String],
+    semaphore: Option<&(String, u32)>,
+) -> Vec<String> {
+    let mut names = mutexes.to_vec();
+    for name in rw_keys {
+        names.extend(
+            (0..quorumlock::MultiRwLock::READER_SLOTS).map(|i| format!("quorumlock:rw:{name}:{i}")),
+        );
+    }
+    if let Some((name, permits)) = semaphore {
+        names.extend((0..*permits).map(|i| format!("quorumlock:permit:{name}:{i}")));
+    }
+    names
+}
+
 /// Reads every lock name on every node that no fault lane holds, a few
 /// times a second until `end`, and logs each key found
 /// ([`What::Probe`]): the checker judges each against the release or
@@ -335,33 +396,27 @@ fn probe(cluster: &Cluster, log: &HistoryWriter, end: Instant, names: &[String])
                 continue;
             };
             drop(slot);
-            let mut pipe = redis::pipe();
-            for name in names {
-                crate::lock_key::read_owner(&mut pipe, name);
-                pipe.cmd("PTTL").arg(name);
-            }
             // Stamped before the read is sent: what it finds was there at
             // some instant after the stamp. A stamp taken at the reply (or
             // at logging) would be late by however long this thread was
             // kept off the CPU, and a loaded machine keeps it off for
             // hundreds of ms: a key read before its release landed would
-            // be judged as left after it.
+            // be judged as left after it. Every name is read in one call,
+            // at one instant.
             let sent = history::now();
-            let Ok(found) = pipe.query::<Vec<redis::Value>>(&mut conn) else {
+            let Ok(found) = crate::lock_key::probe(&mut conn, names) else {
                 continue;
             };
-            for (name, pair) in names.iter().zip(found.chunks(2)) {
-                if let [redis::Value::BulkString(owner), redis::Value::Int(pttl_ms)] = pair {
-                    let _ = log.log_at(
-                        sent,
-                        What::Probe {
-                            node: i,
-                            key: name.clone(),
-                            owner: String::from_utf8_lossy(owner).into_owned(),
-                            pttl_ms: *pttl_ms,
-                        },
-                    );
-                }
+            for (name, owner, pttl_ms) in found {
+                let _ = log.log_at(
+                    sent,
+                    What::Probe {
+                        node: i,
+                        key: name,
+                        owner,
+                        pttl_ms,
+                    },
+                );
             }
         }
         thread::sleep(Duration::from_millis(100));

@@ -3,7 +3,9 @@
 //! that happened, and a checker that can fail.
 //!
 //! - [`history`]: the event log (one JSON line per event, `CLOCK_MONOTONIC`).
-//! - [`worker`] / [`workers`]: the client processes and their management.
+//! - [`worker`] / [`workers`]: the client processes and their management;
+//!   [`hold_log`]: how every client logs a hold (mutex, read-write lock,
+//!   semaphore).
 //! - [`cluster`]: the lock nodes (behind proxies) and the resource server.
 //! - [`faults`] / [`mix`]: the fault kinds the lock must survive, and the
 //!   run that injects them.
@@ -30,6 +32,8 @@
 //!     hold: hold.into(),
 //!     deadline,
 //!     nodes: vec![0, 1, 2],
+//!     mode: None,
+//!     owner: None,
 //! };
 //! let history = vec![
 //!     event(0, "A", won("A-1", 1_000 * ms)),
@@ -52,6 +56,7 @@ pub mod docker_faults;
 pub mod docker_mix;
 pub mod faults;
 pub mod history;
+pub mod hold_log;
 pub mod mix;
 pub mod node_spec;
 pub mod timeline;

@@ -3,7 +3,7 @@
 //! by workers, faults that slow acquisitions, client pauses that make
 //! late unfenced writes, client crashes that end holds at the kill).
 
-use super::history::{Event, Nanos, Target, What};
+use super::history::{Event, Mode, Nanos, Target, What};
 
 /// An arbitrary `CLOCK_MONOTONIC` origin.
 pub const T0: Nanos = 1_000_000_000_000;
@@ -56,6 +56,33 @@ impl Builder {
                 hold: hold.into(),
                 deadline,
                 nodes: vec![0, 1, 2],
+                mode: None,
+                owner: None,
+            },
+        )
+    }
+
+    /// A read-write lock's or a semaphore's win: the call named no owner,
+    /// the winning attempt's is `owner-of-<hold>`.
+    pub fn won_as(
+        &mut self,
+        t: Nanos,
+        key: &str,
+        hold: &str,
+        deadline: Nanos,
+        mode: Mode,
+    ) -> &mut Self {
+        let src = worker_of(hold);
+        self.push(
+            t,
+            src,
+            What::Won {
+                key: key.into(),
+                hold: hold.into(),
+                deadline,
+                nodes: vec![0, 1, 2],
+                mode: Some(mode),
+                owner: Some(format!("owner-of-{hold}")),
             },
         )
     }
@@ -246,6 +273,46 @@ impl Builder {
         );
         values.0 += 1;
         values.1 += 1;
+        self.release(ms(end_ms), key, hold, deadline)
+    }
+
+    /// The start of a call that names no owner (a read-write lock's, a
+    /// semaphore's).
+    pub fn attempt_anon(&mut self, t: Nanos, key: &str, hold: &str) -> &mut Self {
+        let src = worker_of(hold);
+        self.push(
+            t,
+            src,
+            What::AcquireStart {
+                key: key.into(),
+                hold: hold.into(),
+                owner: None,
+            },
+        )
+    }
+
+    /// A read-write lock's or a semaphore's hold of `key` as `mode`, from
+    /// `start_ms` to its release at `end_ms` (deadline 100 ms after the
+    /// win), with `token` if any.
+    pub fn shared_hold(
+        &mut self,
+        key: &str,
+        hold: &str,
+        mode: Mode,
+        (start_ms, end_ms): (f64, f64),
+        token: Option<u64>,
+    ) -> &mut Self {
+        let deadline = ms(start_ms + 100.0);
+        self.attempt_anon(ms(start_ms - 1.0), key, hold).won_as(
+            ms(start_ms),
+            key,
+            hold,
+            deadline,
+            mode,
+        );
+        if let Some(token) = token {
+            self.token(ms(start_ms + 0.1), key, hold, token);
+        }
         self.release(ms(end_ms), key, hold, deadline)
     }
 

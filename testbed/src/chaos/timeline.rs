@@ -512,9 +512,10 @@ impl<'a> Context<'a> {
                         .map_or_else(|| "none".to_string(), |t| t.to_string());
                     let _ = writeln!(
                         out,
-                        r#"<rect x="{x:.1}" width="{w:.1}" height="{:.0}"><title>{} token {token} {:.1} ms</title></rect>"#,
+                        r#"<rect x="{x:.1}" width="{w:.1}" height="{:.0}"><title>{}{} token {token} {:.1} ms</title></rect>"#,
                         (row_h - 1.0).max(1.0),
                         esc(&h.id),
+                        h.mode.map_or(String::new(), |m| format!(" {}", m.name())),
                         (h.end - h.start) as f64 / 1e6
                     );
                 }

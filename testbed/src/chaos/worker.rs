@@ -1,10 +1,22 @@
 //! One worker process of the chaos workload.
 //!
-//! A worker runs a few tasks on one [`MultiLock`] (watchdog on). Each task
-//! loops: pick a lock name, acquire it, get the fencing token, then under
-//! the lock do a read-modify-write on that name's fenced counter (reads
-//! and writes carry the token) and on its unfenced counter (`GET` then
-//! `SET`), and release. Every step goes to the worker's history file.
+//! A worker runs a few tasks of each workload, every task a loop of holds:
+//!
+//! * **mutex** tasks on one [`MultiLock`] (watchdog on): pick a lock name,
+//!   acquire it, get the fencing token, then under the lock do a
+//!   read-modify-write on that name's fenced counter (reads and writes
+//!   carry the token) and on its unfenced counter (`GET` then `SET`), and
+//!   release;
+//! * **read-write** tasks on a [`MultiRwLock`]: pick one of its names, read
+//!   it (most holds) or write it; a writer does the same read-modify-writes
+//!   as a mutex holder, on the name's counters;
+//! * **permit** tasks on a [`MultiSemaphore`]: take one of the name's K
+//!   permits.
+//!
+//! A few holds of each are long (1–3 × the TTL, the watchdog renewing
+//! them); the read-write and permit holds take the watchdog on some short
+//! holds too. Every step goes to the worker's history file
+//! ([`HoldLog`]).
 //!
 //! The worker is a separate process so that a fault can pause (`SIGSTOP`)
 //! or kill one client while the others go on. It stops gracefully (tasks
@@ -18,14 +30,16 @@ use std::time::Duration;
 
 use quorumlock::fenced::{FencedResource, Read, Write};
 use quorumlock::{
-    HeldLock, Hold, LockConfig, LockGuard, MultiLock, Owner, Quorum, RetryPolicy, Stamp, Wait,
+    Error, GuardOptions, HeldLock, LockConfig, MultiLock, MultiRwLock, MultiSemaphore, Owner,
+    Quorum, RetryPolicy, Wait,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
-use tokio::sync::oneshot;
 
-use super::history::{self, HistoryWriter, Target, What};
+use super::history::{HistoryWriter, Target, What};
+use super::hold_log::{Held, HoldLog};
+pub use super::hold_log::{deadline_of, held_indexes, to_monotonic};
 
 /// Everything a worker needs; passed on its command line by the run.
 #[derive(Clone, Debug)]
@@ -60,7 +74,28 @@ pub struct WorkerOptions {
     /// How many holds each task makes before it stops (None: until stdin
     /// closes).
     pub holds_per_task: Option<u64>,
+    /// Read-write lock names ([`MultiRwLock`]); each hold of them reads
+    /// or (now and then) writes one.
+    pub rw_keys: Vec<String>,
+    /// Tasks on the read-write lock names in this process (none without
+    /// names).
+    pub rw_tasks: usize,
+    /// A semaphore name ([`MultiSemaphore`]) and its number of permits K.
+    pub semaphore: Option<(String, u32)>,
+    /// Tasks taking permits in this process (none without a semaphore).
+    pub permit_tasks: usize,
 }
+
+/// The read-write lock names of a run (`rw0`, `rw1`, …).
+pub fn rw_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("rw{i}")).collect()
+}
+
+/// The semaphore name of a run.
+pub const SEMAPHORE: &str = "sem";
+
+/// The share of read-write holds that write.
+const WRITE_SHARE: f64 = 0.15;
 
 /// The protected counters of one lock name: `chaos:fenced:<name>` (a
 /// [`FencedResource`]) and `chaos:unfenced:<name>` (a plain string).
@@ -115,8 +150,20 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
         .retry(RetryPolicy::default())
         .build()
         .map_err(|e| e.to_string())?;
-    let lock = MultiLock::new(config);
+    let lock = MultiLock::new(config.clone());
     let _ = lock.warm_up().await;
+    // The read-write lock has a lock service of its own (fair, with
+    // wake-ups); the semaphore shares the mutex's connections and watchdog.
+    let rw =
+        (!options.rw_keys.is_empty() && options.rw_tasks > 0).then(|| MultiRwLock::new(config));
+    if let Some(rw) = &rw {
+        let _ = rw.lock().warm_up().await;
+    }
+    let semaphore = options
+        .semaphore
+        .clone()
+        .filter(|_| options.permit_tasks > 0)
+        .map(|(name, permits)| (MultiSemaphore::over(&lock), name, permits));
     let resource = redis::Client::open(options.resource.as_str())
         .map_err(|e| e.to_string())?
         .get_multiplexed_async_connection()
@@ -126,11 +173,23 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     watch_stdin(Arc::clone(&stop));
     let seq = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::with_capacity(options.tasks);
-    for t in 0..options.tasks {
+    let mut workloads = vec![Workload::Mutex; options.tasks];
+    if let Some(rw) = rw {
+        workloads.extend(std::iter::repeat_n(
+            Workload::ReadWrite(rw),
+            options.rw_tasks,
+        ));
+    }
+    if let Some((semaphore, name, permits)) = semaphore {
+        let permits = Workload::Permits(semaphore, name, permits);
+        workloads.extend(std::iter::repeat_n(permits, options.permit_tasks));
+    }
+    let mut tasks = Vec::with_capacity(workloads.len());
+    for (t, workload) in workloads.into_iter().enumerate() {
         let task = Task {
             options: options.clone(),
             lock: lock.clone(),
+            workload,
             resource: resource.clone(),
             log: log.clone(),
             stop: Arc::clone(&stop),
@@ -162,42 +221,44 @@ fn watch_stdin(stop: Arc<AtomicBool>) {
     });
 }
 
+/// What a task does with each hold.
+#[derive(Clone)]
+enum Workload {
+    /// Mutex holds of `keys` (now and then of the long key).
+    Mutex,
+    /// Reads (most) and writes of the read-write lock names.
+    ReadWrite(MultiRwLock),
+    /// Permits of the semaphore: its service, name and K.
+    Permits(MultiSemaphore, String, u32),
+}
+
+/// One hold's plan: what to take, how, and for how long.
+struct Plan {
+    key: String,
+    how: How,
+    /// A long hold: 1–3 × the TTL, the watchdog renewing it.
+    long: bool,
+    /// The watchdog on (mutex holds always have it, from the lock's
+    /// settings).
+    watched: bool,
+}
+
+enum How {
+    Mutex,
+    Read,
+    Write,
+    Permit,
+}
+
 struct Task {
     options: WorkerOptions,
     lock: MultiLock,
+    workload: Workload,
     resource: MultiplexedConnection,
     log: HistoryWriter,
     stop: Arc<AtomicBool>,
     seq: Arc<AtomicU64>,
     rng: StdRng,
-}
-
-/// The indexes (configuration order) of the nodes a guard holds, for
-/// [`What::Won`].
-pub fn held_indexes(guard: &LockGuard) -> Vec<usize> {
-    guard
-        .nodes()
-        .enumerate()
-        .filter(|(_, (_, h))| *h == Hold::Held)
-        .map(|(i, _)| i)
-        .collect()
-}
-
-/// The hold's validity deadline as a `CLOCK_MONOTONIC` stamp.
-pub fn deadline_of(held: &HeldLock) -> history::Nanos {
-    to_monotonic(held.deadline())
-}
-
-/// A stamp on the lock's deadline clock (`CLOCK_BOOTTIME`) as a stamp on
-/// `CLOCK_MONOTONIC`; the two differ only by time spent suspended, so the
-/// difference is taken now. Also right for a deadline in the past (a
-/// paused holder's), which `validity()` would clamp to zero.
-pub fn to_monotonic(stamp: Stamp) -> history::Nanos {
-    let boot = Stamp::now();
-    let mono = history::now();
-    let ahead = stamp.saturating_since(boot).as_nanos() as u64;
-    let behind = boot.saturating_since(stamp).as_nanos() as u64;
-    (mono + ahead).saturating_sub(behind)
 }
 
 impl Task {
@@ -217,73 +278,108 @@ impl Task {
         let _ = self.log.log(what);
     }
 
+    /// What the next hold takes, drawn from the task's random choices (a
+    /// mutex task draws as it always has: long or not, then the name).
+    fn plan(&mut self) -> Plan {
+        let rng = &mut self.rng;
+        match &self.workload {
+            Workload::Mutex => {
+                let long = match &self.options.long_key {
+                    Some(name) if rng.random_bool(0.03) => Some(name.clone()),
+                    _ => None,
+                };
+                let key = match &long {
+                    Some(name) => name.clone(),
+                    None => {
+                        let i = rng.random_range(0..self.options.keys.len());
+                        self.options.keys[i].clone()
+                    }
+                };
+                Plan {
+                    key,
+                    how: How::Mutex,
+                    long: long.is_some(),
+                    watched: true,
+                }
+            }
+            Workload::ReadWrite(_) => {
+                let keys = &self.options.rw_keys;
+                let key = keys[rng.random_range(0..keys.len())].clone();
+                let how = if rng.random_bool(WRITE_SHARE) {
+                    How::Write
+                } else {
+                    How::Read
+                };
+                let long = rng.random_bool(0.04);
+                let watched = long || rng.random_bool(0.5);
+                Plan {
+                    key,
+                    how,
+                    long,
+                    watched,
+                }
+            }
+            Workload::Permits(_, name, _) => {
+                let long = rng.random_bool(0.04);
+                let watched = long || rng.random_bool(0.5);
+                Plan {
+                    key: name.clone(),
+                    how: How::Permit,
+                    long,
+                    watched,
+                }
+            }
+        }
+    }
+
+    /// The acquire call of `plan`, as `owner` for a mutex (whose every
+    /// attempt writes it).
+    async fn acquire(&self, plan: &Plan, owner: &Owner) -> Result<Held, Error> {
+        let wait = Wait::up_to(self.options.ttl * 2);
+        let options = GuardOptions::default().watchdog(plan.watched);
+        let key = plan.key.as_str();
+        match (&plan.how, &self.workload) {
+            (How::Read, Workload::ReadWrite(rw)) => {
+                rw.read_with(key, wait, &options).await.map(Held::Read)
+            }
+            (How::Write, Workload::ReadWrite(rw)) => {
+                rw.write_with(key, wait, &options).await.map(Held::Write)
+            }
+            (How::Permit, Workload::Permits(semaphore, _, permits)) => semaphore
+                .acquire_with(key, *permits, wait, &options)
+                .await
+                .map(|permit| Held::Permit(permit, *permits)),
+            _ => self.lock.acquire_as(owner, key, wait).await.map(Held::Lock),
+        }
+    }
+
     async fn one_hold(&mut self) {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let hold = format!("{}-{seq}", self.options.id);
-        let long = match &self.options.long_key {
-            Some(name) if self.rng.random_bool(0.03) => Some(name.clone()),
-            _ => None,
-        };
-        let key = match &long {
-            Some(name) => name.clone(),
-            None => {
-                let i = self.rng.random_range(0..self.options.keys.len());
-                self.options.keys[i].clone()
-            }
-        };
-        // An owner per call, logged, so that a key the run's prober finds
-        // on a node is traced to the call that wrote it.
+        let plan = self.plan();
+        // A mutex call acquires as one owner, logged at its start, so that
+        // a key the run's prober finds on a node is traced to the call that
+        // wrote it (a read-write lock's or a semaphore's call takes no
+        // owner: its winning attempt's is logged with the win).
         let owner = Owner::new();
-        self.log(What::AcquireStart {
-            key: key.clone(),
-            hold: hold.clone(),
-            owner: Some(owner.token().to_string()),
-        });
-        let guard = match self
-            .lock
-            .acquire_as(&owner, &key, Wait::up_to(self.options.ttl * 2))
-            .await
-        {
+        let named = matches!(plan.how, How::Mutex).then_some(&owner);
+        let rec = HoldLog::attempt(&self.log, &plan.key, &hold, named);
+        let guard = match self.acquire(&plan, &owner).await {
             Ok(guard) => guard,
             Err(error) => {
-                self.log(What::Failed {
-                    key,
-                    hold,
-                    error: error.to_string(),
-                });
+                rec.failed(&error);
                 return;
             }
         };
+        rec.won(&guard, guard.mode());
         let held = guard.handle();
-        let nodes = held_indexes(&guard);
-        self.log(What::Won {
-            key: key.clone(),
-            hold: hold.clone(),
-            deadline: deadline_of(&held),
-            nodes,
-        });
-        let (done_tx, watcher) = self.watch_renewals(&held, &key, &hold);
-
-        let token = match held.fencing_token().await {
-            Ok(token) => {
-                self.log(What::Token {
-                    key: key.clone(),
-                    hold: hold.clone(),
-                    token,
-                });
-                Some(token)
-            }
-            Err(error) => {
-                self.log(What::TokenFailed {
-                    key: key.clone(),
-                    hold: hold.clone(),
-                    error: error.to_string(),
-                });
-                None
-            }
-        };
-        self.update_counters(&held, &key, &hold, token, seq).await;
-        if long.is_some() {
+        let watcher = rec.watch(&held, self.options.ttl / 12);
+        let token = rec.token(&held).await;
+        if matches!(plan.how, How::Mutex | How::Write) {
+            self.update_counters(&held, &plan.key, &hold, token, seq)
+                .await;
+        }
+        if plan.long {
             // Work for 1–3 × the TTL: the watchdog must renew under faults.
             let work = self.options.ttl.mul_f64(self.rng.random_range(1.0..3.0));
             tokio::select! {
@@ -291,59 +387,15 @@ impl Task {
                 _ = held.lost() => {}
             }
         } else {
-            // A short, varied critical section.
-            let work = Duration::from_micros(self.rng.random_range(0..2_000));
-            tokio::time::sleep(work).await;
+            // A short, varied critical section; readers and permits hold a
+            // little longer, so that they overlap one another.
+            let micros = match plan.how {
+                How::Mutex | How::Write => self.rng.random_range(0..2_000),
+                How::Read | How::Permit => self.rng.random_range(1_000..25_000),
+            };
+            tokio::time::sleep(Duration::from_micros(micros)).await;
         }
-        self.release(guard, done_tx, watcher, &key, &hold).await;
-    }
-
-    /// Logs each renewal of the hold (its new deadline) and the loss, until
-    /// the hold is released.
-    fn watch_renewals(
-        &self,
-        held: &HeldLock,
-        key: &str,
-        hold: &str,
-    ) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-        let (done_tx, mut done_rx) = oneshot::channel::<()>();
-        let held = held.clone();
-        let log = self.log.clone();
-        let key = key.to_string();
-        let hold = hold.to_string();
-        let poll = self.options.ttl / 12;
-        let watcher = tokio::spawn(async move {
-            let mut last = held.last_renewal().map(|r| r.started);
-            let lost = held.lost();
-            tokio::pin!(lost);
-            loop {
-                tokio::select! {
-                    _ = &mut done_rx => return,
-                    notice = &mut lost => {
-                        let deadline = to_monotonic(notice.deadline);
-                        let _ = log.log(What::Lost {
-                            key: key.clone(),
-                            hold: hold.clone(),
-                            deadline,
-                            reason: notice.reason.to_string(),
-                        });
-                        return;
-                    }
-                    _ = tokio::time::sleep(poll) => {
-                        let now = held.last_renewal().map(|r| r.started);
-                        if now != last && held.is_held() {
-                            last = now;
-                            let _ = log.log(What::Renew {
-                                key: key.clone(),
-                                hold: hold.clone(),
-                                deadline: deadline_of(&held),
-                            });
-                        }
-                    }
-                }
-            }
-        });
-        (done_tx, watcher)
+        rec.release(guard, Some(watcher)).await;
     }
 
     /// The read-modify-write under the lock: read both counters (the
@@ -439,27 +491,5 @@ impl Task {
                 last: None,
             });
         }
-    }
-
-    async fn release(
-        &self,
-        guard: LockGuard,
-        done_tx: oneshot::Sender<()>,
-        watcher: tokio::task::JoinHandle<()>,
-        key: &str,
-        hold: &str,
-    ) {
-        let held = guard.handle();
-        // Stop the watcher first: `lost()` also resolves on release, which
-        // is not a loss.
-        let _ = done_tx.send(());
-        let _ = watcher.await;
-        self.log(What::Release {
-            key: key.to_string(),
-            hold: hold.to_string(),
-            deadline: deadline_of(&held),
-            held: held.is_held(),
-        });
-        let _ = guard.release().await;
     }
 }

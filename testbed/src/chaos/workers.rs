@@ -286,6 +286,20 @@ pub fn worker_args(o: &WorkerOptions) -> Vec<String> {
         args.push("--holds-per-task".into());
         args.push(n.to_string());
     }
+    if !o.rw_keys.is_empty() && o.rw_tasks > 0 {
+        args.push("--rw-keys".into());
+        args.push(o.rw_keys.join(","));
+        args.push("--rw-tasks".into());
+        args.push(o.rw_tasks.to_string());
+    }
+    if let Some((name, permits)) = o.semaphore.as_ref().filter(|_| o.permit_tasks > 0) {
+        args.push("--semaphore".into());
+        args.push(name.clone());
+        args.push("--permits".into());
+        args.push(permits.to_string());
+        args.push("--permit-tasks".into());
+        args.push(o.permit_tasks.to_string());
+    }
     args
 }
 

@@ -41,7 +41,8 @@ struct Cli {
 enum Command {
     /// Run negative controls (all of them by default).
     Control {
-        /// Which: single_node_failover, immediate_restart, fast_clocks, client_pause.
+        /// Which: single_node_failover, immediate_restart, fast_clocks,
+        /// client_pause, lost_release, extra_permit, partial_writer.
         names: Vec<String>,
         /// Where runs go (a subdirectory per run).
         #[arg(long, default_value = "target/chaos")]
@@ -56,7 +57,7 @@ enum Command {
     },
     /// One worker process (started by the run, not by hand).
     #[command(hide = true)]
-    Worker(WorkerArgs),
+    Worker(Box<WorkerArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +77,16 @@ struct MixArgs {
     /// Worker processes.
     #[arg(long, default_value_t = 6)]
     workers: usize,
+    /// Read-write lock tasks per worker (reads and writes of rw0 and rw1;
+    /// 0: none).
+    #[arg(long, default_value_t = 1)]
+    rw_tasks: usize,
+    /// Semaphore tasks per worker (permits of `sem`; 0: none).
+    #[arg(long, default_value_t = 1)]
+    permit_tasks: usize,
+    /// The semaphore's number of permits K.
+    #[arg(long, default_value_t = 3)]
+    permits: u32,
     /// Where runs go (a subdirectory per run).
     #[arg(long, default_value = "target/chaos")]
     out: PathBuf,
@@ -137,6 +148,16 @@ struct WorkerArgs {
     pause_before_write: Option<u64>,
     #[arg(long)]
     holds_per_task: Option<u64>,
+    #[arg(long, value_delimiter = ',')]
+    rw_keys: Vec<String>,
+    #[arg(long, default_value_t = 0)]
+    rw_tasks: usize,
+    #[arg(long, requires = "permits")]
+    semaphore: Option<String>,
+    #[arg(long)]
+    permits: Option<u32>,
+    #[arg(long, default_value_t = 0)]
+    permit_tasks: usize,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -162,7 +183,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Worker(args)) => run_worker(args),
+        Some(Command::Worker(args)) => run_worker(*args),
         Some(Command::Control { names, out }) => run_controls(&names, &out),
         Some(Command::Check { dir }) => recheck(&dir),
         None => run_mix(cli.mix),
@@ -184,6 +205,10 @@ fn run_worker(args: WorkerArgs) -> ExitCode {
         seed: args.seed,
         pause_before_write: args.pause_before_write,
         holds_per_task: args.holds_per_task,
+        rw_keys: args.rw_keys,
+        rw_tasks: args.rw_tasks,
+        semaphore: args.semaphore.zip(args.permits),
+        permit_tasks: args.permit_tasks,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -290,6 +315,9 @@ fn run_mix(args: MixArgs) -> ExitCode {
     options.nodes = args.nodes;
     options.seed = seed;
     options.workers = args.workers;
+    options.rw_tasks = args.rw_tasks;
+    options.permit_tasks = args.permit_tasks;
+    options.permits = args.permits;
     options.floors = if args.no_floors {
         Floors::none()
     } else {

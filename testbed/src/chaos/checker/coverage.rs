@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::holds::{EndedBy, FaultSpan, Hold};
-use crate::chaos::history::{Event, Nanos, What};
+use crate::chaos::history::{Event, Mode, Nanos, What};
 
 /// How much a run must have exercised for its verdict to be
 /// [`Verdict::Pass`](super::Verdict::Pass). Below any floor the verdict is
@@ -78,6 +78,24 @@ pub struct Stats {
     pub failed: u64,
     /// Acquisitions per lock name.
     pub acquisitions_per_key: BTreeMap<String, u64>,
+    /// Read holds of read-write lock names (among the acquisitions).
+    #[serde(default)]
+    pub reads: u64,
+    /// Write holds of read-write lock names (among the acquisitions).
+    #[serde(default)]
+    pub writes: u64,
+    /// Permit holds of semaphore names (among the acquisitions).
+    #[serde(default)]
+    pub permits: u64,
+    /// The most read holds of one read-write lock name at one instant.
+    #[serde(default)]
+    pub readers_at_once_max: u64,
+    /// The most permit holds of one semaphore name at one instant.
+    #[serde(default)]
+    pub permits_at_once_max: u64,
+    /// The K of that semaphore (the largest its holders took permits with).
+    #[serde(default)]
+    pub permits_k: u32,
     /// Attempts started while any fault was active.
     pub attempts_during_fault: u64,
     /// `attempts_during_fault / attempts` (0 without attempts).
@@ -146,9 +164,15 @@ pub(super) fn count_events(events: &[Event], stats: &mut Stats) -> Times {
     for e in events {
         match &e.what {
             What::AcquireStart { .. } => times.attempts.push(e.t),
-            What::Won { key, .. } => {
+            What::Won { key, mode, .. } => {
                 times.wins.push(e.t);
                 *stats.acquisitions_per_key.entry(key.clone()).or_default() += 1;
+                match mode {
+                    None => {}
+                    Some(Mode::Read { .. }) => stats.reads += 1,
+                    Some(Mode::Write) => stats.writes += 1,
+                    Some(Mode::Permit { .. }) => stats.permits += 1,
+                }
             }
             What::Failed { .. } => stats.failed += 1,
             What::Renew { .. } => stats.renewals += 1,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::chaos::history::{Event, Nanos, What};
+use crate::chaos::history::{Event, Mode, Nanos, What};
 
 /// The fault kind that kills a worker process; its target is the worker id.
 pub const CLIENT_CRASH: &str = "client_crash";
@@ -64,6 +64,10 @@ pub struct Hold {
     /// The nodes (0-based, configuration order) its acquire reported held,
     /// so that a violation names where both holders believed they held.
     pub nodes: Vec<usize>,
+    /// A read-write lock's read or write side, or a semaphore's permit;
+    /// `None` for a mutex's hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
 }
 
 /// One fault, from its [`What::FaultStart`] to its [`What::FaultEnd`].
@@ -214,6 +218,7 @@ struct HoldBuilder<'a> {
     renewals: u32,
     lost: bool,
     nodes: &'a [usize],
+    mode: Option<Mode>,
 }
 
 impl<'a> HoldBuilder<'a> {
@@ -228,6 +233,7 @@ impl<'a> HoldBuilder<'a> {
             renewals: 0,
             lost: false,
             nodes: &[],
+            mode: None,
         }
     }
 
@@ -237,12 +243,14 @@ impl<'a> HoldBuilder<'a> {
                 key,
                 deadline,
                 nodes,
+                mode,
                 ..
             } => {
                 if self.won.is_none_or(|(t, _)| e.t < t) {
                     self.won = Some((e.t, e.src.as_str()));
                     self.key = key;
                     self.nodes = nodes;
+                    self.mode = *mode;
                 }
                 self.deadline = self.deadline.max(*deadline);
             }
@@ -297,6 +305,7 @@ impl<'a> HoldBuilder<'a> {
             renewals: self.renewals,
             lost: self.lost,
             nodes: self.nodes.to_vec(),
+            mode: self.mode,
         })
     }
 }

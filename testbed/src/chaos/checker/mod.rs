@@ -19,9 +19,17 @@
 //! The guarantees checked (a breach makes the verdict [`Verdict::Fail`]):
 //!
 //! * [`ViolationKind::Overlap`]: two holds of one key whose intervals
-//!   intersect;
+//!   intersect (for a read-write lock's readers and a semaphore's permits,
+//!   two of one slot);
+//! * [`ViolationKind::WriterOverlap`]: a write hold of a read-write lock
+//!   name whose interval intersects another hold's of the name, a
+//!   reader's or a writer's (see `shared`);
+//! * [`ViolationKind::MoreThanKHolders`]: more permit holds of a semaphore
+//!   name at one instant than the K their holders took them with (see
+//!   `shared`);
 //! * [`ViolationKind::TokenRegression`]: per key, in the order the holds
-//!   were won, fencing tokens strictly increase;
+//!   were won, fencing tokens strictly increase (for a read-write lock or
+//!   a semaphore, per slot, a writer counting on every slot);
 //! * [`ViolationKind::FencedLostUpdate`]: no two accepted writes to a key's
 //!   fenced counter read the same value, and the counter's final value is
 //!   not below the number of accepted writes (a shortfall the duplicate
@@ -54,9 +62,10 @@
 //! The work is split by job, each module using only those before it:
 //! [`holds`](holds()) reads the holds, fault spans and final state out of
 //! the history; `coverage` counts what the run exercised against the
-//! [`Floors`]; `rules` finds the violations, `released` the keys left
-//! after their release, and `quarantine` the votes cast too early; `report` draws the verdict and prints the
-//! [`CheckReport`].
+//! [`Floors`]; `rules` finds the violations, `shared` those of the
+//! read-write locks and semaphores, `released` the keys left after their
+//! release, and `quarantine` the votes cast too early; `report` draws the
+//! verdict and prints the [`CheckReport`].
 //!
 //! [`What::Won`]: super::history::What::Won
 //! [`What::Renew`]: super::history::What::Renew
@@ -70,6 +79,7 @@ mod quarantine;
 mod released;
 mod report;
 mod rules;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -81,7 +91,7 @@ pub use rules::{MAX_REPORTED_PER_KIND, Violation, ViolationKind};
 pub(super) use holds::secs;
 pub(super) use report::thousands;
 
-use super::history::Event;
+use super::history::{Event, Mode};
 use rules::Found;
 
 /// Checks a history against the lock's guarantees and the coverage
@@ -105,10 +115,26 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
     coverage::fault_figures(&faults, &times, &mut stats);
     coverage::hold_figures(&holds, &mut stats);
 
-    // The guarantees: per key, then the writes and the final state.
+    // The guarantees: per key (by the primitive that took it), then the
+    // writes and the final state.
     for key_holds in holds.chunk_by(|a, b| a.key == b.key) {
-        rules::check_overlaps(key_holds, &mut found);
-        rules::check_tokens(key_holds, &mut found);
+        let first = Primitive::of(&key_holds[0]);
+        if key_holds.iter().all(|h| Primitive::of(h) == first) {
+            judge_key(first, key_holds, &mut stats, &mut found);
+        } else {
+            // One name taken by different primitives (not in a run): each
+            // judged on its own.
+            for primitive in [Primitive::Mutex, Primitive::ReadWrite, Primitive::Semaphore] {
+                let some: Vec<Hold> = key_holds
+                    .iter()
+                    .filter(|h| Primitive::of(h) == primitive)
+                    .cloned()
+                    .collect();
+                if !some.is_empty() {
+                    judge_key(primitive, &some, &mut stats, &mut found);
+                }
+            }
+        }
     }
     rules::check_writes(events, &holds, last_final.as_ref(), &mut stats, &mut found);
     rules::check_keys_left(last_final.as_ref(), &mut found);
@@ -117,4 +143,48 @@ pub fn check(events: &[Event], floors: &Floors) -> CheckReport {
 
     let coverage_problems = coverage::problems(&stats, floors);
     report::conclude(floors, (t0, t_end), stats, found, coverage_problems)
+}
+
+/// Which primitive took a hold, by its mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Primitive {
+    Mutex,
+    ReadWrite,
+    Semaphore,
+}
+
+impl Primitive {
+    fn of(hold: &Hold) -> Primitive {
+        match hold.mode {
+            None => Primitive::Mutex,
+            Some(Mode::Read { .. } | Mode::Write) => Primitive::ReadWrite,
+            Some(Mode::Permit { .. }) => Primitive::Semaphore,
+        }
+    }
+}
+
+/// The guarantees of `primitive` over the holds of one name (sorted by
+/// start).
+fn judge_key(primitive: Primitive, holds: &[Hold], stats: &mut Stats, found: &mut Found) {
+    match primitive {
+        Primitive::Mutex => {
+            rules::check_overlaps(holds, found);
+            rules::check_tokens(holds, found);
+        }
+        Primitive::ReadWrite => {
+            let peak = shared::check_writers(holds, found);
+            stats.readers_at_once_max = stats.readers_at_once_max.max(peak.at_once);
+            shared::check_slot_overlaps(holds, "quorumlock:rw:", found);
+            shared::check_slot_tokens(holds, found);
+        }
+        Primitive::Semaphore => {
+            let peak = shared::check_permits(holds, found);
+            if peak.at_once >= stats.permits_at_once_max {
+                stats.permits_at_once_max = peak.at_once;
+                stats.permits_k = stats.permits_k.max(peak.permits);
+            }
+            shared::check_slot_overlaps(holds, "quorumlock:permit:", found);
+            shared::check_slot_tokens(holds, found);
+        }
+    }
 }

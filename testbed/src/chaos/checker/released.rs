@@ -3,9 +3,15 @@
 //! quorum, and not only by the end of the run.
 //!
 //! The run's prober reads every lock name on every node it can reach, a
-//! few times a second, and logs what it finds ([`What::Probe`]). Each
-//! acquire call writes one owner token ([`What::AcquireStart`]), so a key
-//! found is traced to its call. The call is *over* at its release (a won
+//! few times a second, and logs what it finds ([`What::Probe`]): the
+//! mutexes' names, and every slot of the read-write locks and semaphores
+//! (`quorumlock:rw:<name>:<i>`, `quorumlock:permit:<name>:<i>`), which are
+//! lock names as any other. A mutex's acquire call writes one owner token
+//! ([`What::AcquireStart`]), so a key found is traced to its call. A
+//! read-write lock's or a semaphore's call takes no owner: each of its
+//! attempts writes a token of its own, and only the winning attempt's is
+//! known ([`What::Won`]'s `owner`); its keys are traced to the call and
+//! judged, the other attempts' are not. The call is *over* at its release (a won
 //! call, [`What::Release`]) or its failure ([`What::Failed`], logged after
 //! the last attempt's rollback was sent). A key found at `t` on node `n` is
 //! a violation when its call was over by `t − BOUND` and nothing could
@@ -96,29 +102,80 @@ pub(super) fn check(events: &[Event], faults: &[FaultSpan], found: &mut Found) {
                 secs(e.t, from),
             ),
         );
-        debug_assert_eq!(call.key, key, "{at}");
+        debug_assert!(names_the_call(key, call.key), "{key} {} {at}", call.key);
     }
+}
+
+/// Whether a lock key found, `key`, is the call's name `name` or one of
+/// its slots (`quorumlock:rw:<name>:<i>`, `quorumlock:permit:<name>:<i>`).
+fn names_the_call(key: &str, name: &str) -> bool {
+    key == name
+        || ["quorumlock:rw:", "quorumlock:permit:"]
+            .iter()
+            .any(|prefix| {
+                key.strip_prefix(prefix)
+                    .and_then(|rest| rest.rsplit_once(':'))
+                    .is_some_and(|(n, slot)| n == name && slot.parse::<u32>().is_ok())
+            })
 }
 
 /// The acquire calls by owner token, with when each was over.
 fn calls(events: &[Event]) -> HashMap<&str, Call<'_>> {
     let mut by_hold: HashMap<&str, &str> = HashMap::new();
     let mut calls: HashMap<&str, Call<'_>> = HashMap::new();
+    // Calls that named no owner at their start, by attempt id.
+    let mut anonymous: HashMap<&str, (&str, &str, Nanos)> = HashMap::new();
     for e in events {
-        if let What::AcquireStart {
+        match &e.what {
+            What::AcquireStart {
+                key,
+                hold,
+                owner: Some(owner),
+            } => {
+                by_hold.insert(hold, owner);
+                calls.insert(
+                    owner,
+                    Call {
+                        key,
+                        hold,
+                        worker: &e.src,
+                        start: e.t,
+                        over: None,
+                    },
+                );
+            }
+            What::AcquireStart {
+                key,
+                hold,
+                owner: None,
+            } => {
+                anonymous.insert(hold, (key, &e.src, e.t));
+            }
+            _ => {}
+        }
+    }
+    // Their winning attempts' owners.
+    for e in events {
+        if let What::Won {
             key,
             hold,
             owner: Some(owner),
+            ..
         } = &e.what
+            && !by_hold.contains_key(hold.as_str())
         {
+            let (key, worker, start) = anonymous
+                .get(hold.as_str())
+                .copied()
+                .unwrap_or((key, &e.src, e.t));
             by_hold.insert(hold, owner);
             calls.insert(
                 owner,
                 Call {
                     key,
                     hold,
-                    worker: &e.src,
-                    start: e.t,
+                    worker,
+                    start,
                     over: None,
                 },
             );

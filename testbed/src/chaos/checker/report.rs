@@ -235,16 +235,25 @@ impl CheckReport {
 
 /// The run's figures as (label, value), in the order of the summary
 /// table, two to a line; the last of a line may be empty.
-fn figures(s: &Stats) -> [(&'static str, String); 22] {
+fn figures(s: &Stats) -> [(&'static str, String); 26] {
     let pct = |n: u64, r: f64| format!("{} ({:.1}%)", thousands(n), r * 100.0);
     let free_after_kill = s
         .free_after_kill_max_ms
         .map_or_else(|| "-".to_string(), |v| format!("{v:.0} ms"));
+    let permits_at_once = if s.permits_k > 0 {
+        format!("{} of K {}", s.permits_at_once_max, s.permits_k)
+    } else {
+        thousands(s.permits_at_once_max)
+    };
     [
         ("wall duration", format!("{:.1} s", s.wall_s)),
         ("events", thousands(s.events)),
         ("acquire attempts", thousands(s.attempts)),
         ("acquisitions", thousands(s.acquisitions)),
+        ("reads", thousands(s.reads)),
+        ("writes", thousands(s.writes)),
+        ("permits", thousands(s.permits)),
+        ("permits at once max", permits_at_once),
         ("failed attempts", thousands(s.failed)),
         ("token-less holds", thousands(s.token_less_holds)),
         ("renewals", thousands(s.renewals)),
@@ -275,7 +284,7 @@ fn figures(s: &Stats) -> [(&'static str, String); 22] {
             thousands(s.killed_holds_not_followed),
         ),
         ("free after kill max", free_after_kill),
-        ("", String::new()),
+        ("readers at once max", thousands(s.readers_at_once_max)),
         ("lost upd. fenced", thousands(s.lost_updates_fenced)),
         ("lost upd. unfenced", thousands(s.lost_updates_unfenced)),
     ]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::coverage::{Floors, Stats};
 use super::holds::{Final, Hold, secs};
-use crate::chaos::history::{Event, Nanos, Target, What};
+use crate::chaos::history::{Event, Mode, Nanos, Target, What};
 use crate::table::clip;
 
 /// At most this many violations of each kind are listed in a report, the
@@ -21,8 +21,15 @@ pub const MAX_REPORTED_PER_KIND: usize = 1_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ViolationKind {
-    /// Two holds of one key whose intervals intersect.
+    /// Two holds of one key whose intervals intersect (for a read-write
+    /// lock or a semaphore: two holds of one slot).
     Overlap,
+    /// A write hold of a read-write lock name whose interval intersects
+    /// another hold's (a reader's or a writer's) of the same name.
+    WriterOverlap,
+    /// More permit holds of a semaphore name at one instant than the K the
+    /// holders took them with (see `checker::shared`).
+    MoreThanKHolders,
     /// A hold won later than another has a fencing token not above it.
     TokenRegression,
     /// An accepted write to a fenced counter was lost.
@@ -45,8 +52,10 @@ pub enum ViolationKind {
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub const ALL: [ViolationKind; 8] = [
+    pub const ALL: [ViolationKind; 10] = [
         ViolationKind::Overlap,
+        ViolationKind::WriterOverlap,
+        ViolationKind::MoreThanKHolders,
         ViolationKind::TokenRegression,
         ViolationKind::FencedLostUpdate,
         ViolationKind::KeysLeft,
@@ -60,6 +69,8 @@ impl ViolationKind {
     pub fn name(self) -> &'static str {
         match self {
             ViolationKind::Overlap => "overlap",
+            ViolationKind::WriterOverlap => "writer_overlap",
+            ViolationKind::MoreThanKHolders => "more_than_k_holders",
             ViolationKind::TokenRegression => "token_regression",
             ViolationKind::FencedLostUpdate => "fenced_lost_update",
             ViolationKind::KeysLeft => "keys_left",
@@ -178,13 +189,13 @@ impl Found {
     }
 
     /// Whether a violation of `kind` starting at `start` would be kept.
-    fn wants(&self, kind: ViolationKind, start: Nanos) -> bool {
+    pub(super) fn wants(&self, kind: ViolationKind, start: Nanos) -> bool {
         let kept = &self.kept[kind.index()];
         kept.len() < MAX_REPORTED_PER_KIND || kept.peek().is_some_and(|k| start < k.order.0)
     }
 
     /// Counts `n` violations of `kind` without listing them.
-    fn count(&mut self, kind: ViolationKind, n: u64) {
+    pub(super) fn count(&mut self, kind: ViolationKind, n: u64) {
         self.counts[kind.index()] += n;
     }
 
@@ -288,26 +299,29 @@ pub(super) fn check_tokens(holds: &[Hold], found: &mut Found) {
     for b in holds {
         let Some(token) = b.token else { continue };
         match max {
-            Some((m, a)) if token <= m => {
-                let detail = format!(
-                    "{} won {} at {:.3} s with token {token}, not above token {m} of {} won at {:.3} s",
-                    b.id,
-                    b.key,
-                    secs(b.start, found.t0),
-                    a.id,
-                    secs(a.start, found.t0)
-                );
-                found.push(
-                    ViolationKind::TokenRegression,
-                    &b.key,
-                    (a.start, b.start),
-                    vec![a.id.clone(), b.id.clone()],
-                    detail,
-                );
-            }
+            Some((m, a)) if token <= m => token_regression((a, m), (b, token), found),
             _ => max = Some((token, b)),
         }
     }
+}
+
+/// `b`, won after `a`, got a token not above `a`'s.
+pub(super) fn token_regression((a, m): (&Hold, u64), (b, token): (&Hold, u64), found: &mut Found) {
+    let detail = format!(
+        "{} won {} at {:.3} s with token {token}, not above token {m} of {} won at {:.3} s",
+        b.id,
+        b.key,
+        secs(b.start, found.t0),
+        a.id,
+        secs(a.start, found.t0)
+    );
+    found.push(
+        ViolationKind::TokenRegression,
+        &b.key,
+        (a.start, b.start),
+        vec![a.id.clone(), b.id.clone()],
+        detail,
+    );
 }
 
 /// The writes: counts them into `stats`, reports accepted ones answered
@@ -505,10 +519,16 @@ fn check_lost_updates(
 
 /// A hold as a violation names it: its interval, what ended it, the nodes
 /// its acquire reported held, and its renewals and loss (what it believed).
-fn describe(h: &Hold, t0: Nanos) -> String {
+pub(super) fn describe(h: &Hold, t0: Nanos) -> String {
     let nodes: Vec<String> = h.nodes.iter().map(|i| format!("n{i}")).collect();
+    let mode = match h.mode {
+        None => String::new(),
+        Some(Mode::Read { slot }) => format!(" read, slot {slot}"),
+        Some(Mode::Write) => " write".to_string(),
+        Some(Mode::Permit { slot, permits }) => format!(" permit, slot {slot} of {permits}"),
+    };
     format!(
-        "{} [{:.3} s, {:.3} s, {}; won on {}; {} renewals{}]",
+        "{}{mode} [{:.3} s, {:.3} s, {}; won on {}; {} renewals{}]",
         h.id,
         secs(h.start, t0),
         secs(h.end, t0),

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::chaos::history::{Event, Target, What};
+use crate::chaos::history::{Event, Mode, Target, What};
 use crate::chaos::synth::{self, Builder, ms};
 
 fn clean() -> Builder {
@@ -778,6 +778,272 @@ fn the_order_of_events_does_not_matter() {
     assert_eq!(a.verdict, b.verdict);
 }
 
+fn read(slot: u32) -> Mode {
+    Mode::Read { slot }
+}
+
+fn permit(slot: u32, permits: u32) -> Mode {
+    Mode::Permit { slot, permits }
+}
+
+/// Readers that share `rw0` (two of them at once), and writers between
+/// them, touching but never overlapping; tokens rising per slot.
+fn clean_rw() -> Builder {
+    let mut b = Builder::new();
+    b.shared_hold("rw0", "w1-1", read(1), (10.0, 40.0), Some(1))
+        .shared_hold("rw0", "w2-1", read(2), (20.0, 50.0), Some(1))
+        .shared_hold("rw0", "w3-1", Mode::Write, (50.0, 60.0), Some(2))
+        .shared_hold("rw0", "w1-2", read(1), (60.0, 80.0), Some(3))
+        .shared_hold("rw0", "w2-2", read(5), (65.0, 90.0), Some(3))
+        // Another name is another lock.
+        .shared_hold("rw1", "w4-1", Mode::Write, (70.0, 85.0), Some(1))
+        .final_values(ms(300.0), &[], &[], &[]);
+    b
+}
+
+#[test]
+fn readers_share_and_writers_between_them_pass() {
+    let report = run(&clean_rw());
+    assert_eq!(report.verdict, Verdict::Pass, "{}", report.summary_table());
+    let s = &report.stats;
+    assert_eq!((s.reads, s.writes, s.permits), (4, 2, 0));
+    assert_eq!(s.acquisitions, 6);
+    assert_eq!(s.readers_at_once_max, 2);
+    for kind in [
+        ViolationKind::WriterOverlap,
+        ViolationKind::Overlap,
+        ViolationKind::TokenRegression,
+    ] {
+        assert_eq!(report.count(kind), 0, "{}", kind.name());
+    }
+}
+
+#[test]
+fn a_writer_overlapping_a_reader_fails() {
+    let mut b = clean_rw();
+    // Starts under w2-2's read (65–90 ms).
+    b.shared_hold("rw0", "w4-2", Mode::Write, (85.0, 95.0), None);
+    let report = run(&b);
+    assert_eq!(report.verdict, Verdict::Fail);
+    assert_eq!(report.count(ViolationKind::WriterOverlap), 1);
+    assert_eq!(report.count(ViolationKind::Overlap), 0);
+    let v = &report.violations[0];
+    assert_eq!(v.kind, ViolationKind::WriterOverlap);
+    assert_eq!(v.key, "rw0");
+    assert_eq!(v.holds, ["w2-2", "w4-2"]);
+    assert_eq!((v.start, v.end), (ms(85.0), ms(90.0)));
+    assert!(
+        v.detail.contains("w4-2 wrote rw0 while w2-2 read it"),
+        "{}",
+        v.detail
+    );
+    assert!(v.detail.contains("read, slot 5"), "{}", v.detail);
+    assert!(
+        report.reasons[0].contains("writer_overlap"),
+        "{:?}",
+        report.reasons
+    );
+}
+
+#[test]
+fn a_reader_or_a_writer_starting_under_a_writer_fails() {
+    let mut b = clean_rw();
+    b.shared_hold("rw0", "w5-1", Mode::Write, (100.0, 150.0), None)
+        // A reader under the writer.
+        .shared_hold("rw0", "w6-1", read(9), (120.0, 160.0), None)
+        // A second writer: overlaps the first writer and the reader.
+        .shared_hold("rw0", "w7-1", Mode::Write, (140.0, 145.0), None);
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::WriterOverlap), 3);
+    let pairs: Vec<&[String]> = report
+        .violations
+        .iter()
+        .filter(|v| v.kind == ViolationKind::WriterOverlap)
+        .map(|v| v.holds.as_slice())
+        .collect();
+    for pair in [["w5-1", "w6-1"], ["w5-1", "w7-1"], ["w6-1", "w7-1"]] {
+        assert!(
+            pairs.contains(&&pair.map(String::from)[..]),
+            "{pair:?} in {pairs:?}"
+        );
+    }
+    // Readers among themselves: never.
+    let mut b = clean_rw();
+    b.shared_hold("rw0", "w5-1", read(7), (100.0, 150.0), None)
+        .shared_hold("rw0", "w6-1", read(8), (120.0, 160.0), None);
+    assert_eq!(run(&b).verdict, Verdict::Pass);
+}
+
+#[test]
+fn two_readers_of_one_slot_overlap() {
+    let mut b = clean_rw();
+    // Slot 5 is w2-2's until 90 ms.
+    b.shared_hold("rw0", "w6-1", read(5), (70.0, 75.0), Some(4));
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::Overlap), 1);
+    assert_eq!(report.count(ViolationKind::WriterOverlap), 0);
+    let v = &report.violations[0];
+    assert_eq!(v.key, "quorumlock:rw:rw0:5");
+    assert_eq!(v.holds, ["w2-2", "w6-1"]);
+}
+
+#[test]
+fn read_write_tokens_rise_per_slot_and_past_every_writer() {
+    // A writer's token not above an earlier reader's (of any slot).
+    let mut b = clean_rw();
+    b.shared_hold("rw0", "w5-1", Mode::Write, (100.0, 110.0), Some(3));
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::TokenRegression), 1);
+    assert_eq!(report.violations[0].holds, ["w1-2", "w5-1"]);
+    // A reader's token not above the last writer's, on a slot no reader
+    // had before.
+    let mut b = clean_rw();
+    b.shared_hold("rw0", "w5-1", read(30), (100.0, 110.0), Some(2));
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::TokenRegression), 1);
+    assert_eq!(report.violations[0].holds, ["w3-1", "w5-1"]);
+    // Readers of different slots may share a token; of one slot, not.
+    let mut b = clean_rw();
+    b.shared_hold("rw0", "w5-1", read(30), (100.0, 110.0), Some(3))
+        .shared_hold("rw0", "w6-1", read(30), (110.0, 120.0), Some(3));
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::TokenRegression), 1);
+    assert_eq!(report.violations[0].holds, ["w5-1", "w6-1"]);
+}
+
+/// Permits of `sem` with K = 2: two at once, a third when one ends.
+fn clean_permits() -> Builder {
+    let mut b = Builder::new();
+    b.shared_hold("sem", "w11-1", permit(0, 2), (10.0, 50.0), Some(1))
+        .shared_hold("sem", "w12-1", permit(1, 2), (20.0, 60.0), Some(1))
+        .shared_hold("sem", "w13-1", permit(0, 2), (50.0, 70.0), Some(2))
+        .shared_hold("sem", "w11-2", permit(1, 2), (60.0, 65.0), Some(2))
+        .final_values(ms(300.0), &[], &[], &[]);
+    b
+}
+
+#[test]
+fn k_permits_at_once_pass() {
+    let report = run(&clean_permits());
+    assert_eq!(report.verdict, Verdict::Pass, "{}", report.summary_table());
+    let s = &report.stats;
+    assert_eq!((s.reads, s.writes, s.permits), (0, 0, 4));
+    assert_eq!((s.permits_at_once_max, s.permits_k), (2, 2));
+    assert_eq!(report.count(ViolationKind::MoreThanKHolders), 0);
+}
+
+#[test]
+fn more_than_k_permits_at_once_fail() {
+    let mut b = clean_permits();
+    // A third permit while w11-1 and w12-1 hold: a slot beyond K, as a
+    // client with K + 1 takes, logged with the K the others use.
+    b.shared_hold("sem", "w4-1", permit(2, 2), (30.0, 40.0), None);
+    let report = run(&b);
+    assert_eq!(report.verdict, Verdict::Fail);
+    assert_eq!(report.count(ViolationKind::MoreThanKHolders), 1);
+    assert_eq!(report.count(ViolationKind::Overlap), 0);
+    let v = &report.violations[0];
+    assert_eq!(v.kind, ViolationKind::MoreThanKHolders);
+    assert_eq!(v.key, "sem");
+    assert_eq!(v.holds, ["w11-1", "w12-1", "w4-1"]);
+    assert_eq!((v.start, v.end), (ms(30.0), ms(40.0)));
+    assert!(v.detail.contains("3 permits of sem"), "{}", v.detail);
+    assert!(v.detail.contains("(K 2)"), "{}", v.detail);
+    assert_eq!(report.stats.permits_at_once_max, 3);
+    // Two permits of one slot at once are the slot's overlap too.
+    let mut b = clean_permits();
+    b.shared_hold("sem", "w4-1", permit(0, 2), (30.0, 40.0), None);
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::MoreThanKHolders), 1);
+    assert_eq!(report.count(ViolationKind::Overlap), 1);
+    assert_eq!(report.violations[0].key, "quorumlock:permit:sem:0");
+}
+
+#[test]
+fn a_lowered_k_lets_the_old_permits_run_out() {
+    let mut b = Builder::new();
+    // Three permits of K = 3; K lowered to 2 while two of them still run
+    // (new permits on slots 0 and 1 only): three at once is still within
+    // the old K.
+    b.shared_hold("sem", "w1-1", permit(0, 3), (10.0, 30.0), None)
+        .shared_hold("sem", "w2-1", permit(1, 3), (10.0, 60.0), None)
+        .shared_hold("sem", "w3-1", permit(2, 3), (10.0, 80.0), None)
+        .shared_hold("sem", "w4-1", permit(0, 2), (40.0, 100.0), None)
+        .shared_hold("sem", "w5-1", permit(1, 2), (70.0, 120.0), None);
+    assert_eq!(run(&b).verdict, Verdict::Pass);
+    // Once they have ended, three at once is one too many.
+    b.shared_hold("sem", "w6-1", permit(2, 2), (85.0, 90.0), None);
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::MoreThanKHolders), 1);
+    assert_eq!(report.violations[0].holds, ["w4-1", "w5-1", "w6-1"]);
+}
+
+#[test]
+fn permit_tokens_rise_per_slot() {
+    let mut b = clean_permits();
+    b.shared_hold("sem", "w4-1", permit(1, 2), (80.0, 90.0), Some(2));
+    let report = run(&b);
+    assert_eq!(report.count(ViolationKind::TokenRegression), 1);
+    assert_eq!(report.violations[0].holds, ["w11-2", "w4-1"]);
+}
+
+#[test]
+fn a_slot_key_found_well_after_its_release_fails() {
+    let late = 80.0 + released::BOUND as f64 / 1e6 + 50.0;
+    let probe = |t: f64, key: &str, hold: &str| {
+        let mut b = clean_rw();
+        b.probe(ms(t), 1, key, hold);
+        run(&b)
+    };
+    // w1-2 read rw0 on slot 1 until 80 ms.
+    let within = probe(100.0, "quorumlock:rw:rw0:1", "w1-2");
+    assert_eq!(within.count(ViolationKind::KeyLeftAfterRelease), 0);
+    let report = probe(late, "quorumlock:rw:rw0:1", "w1-2");
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 1);
+    let v = &report.violations[0];
+    assert_eq!(v.key, "quorumlock:rw:rw0:1");
+    assert_eq!(v.holds, ["w1-2"]);
+    // A writer's keys: every slot.
+    let report = probe(late, "quorumlock:rw:rw0:17", "w3-1");
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 1);
+    // A permit's.
+    let mut b = clean_permits();
+    b.probe(ms(late), 0, "quorumlock:permit:sem:0", "w13-1");
+    assert_eq!(run(&b).count(ViolationKind::KeyLeftAfterRelease), 1);
+    // An owner no win named (a losing attempt's) is not judged.
+    let report = probe(late, "quorumlock:rw:rw0:1", "w9-9");
+    assert_eq!(report.count(ViolationKind::KeyLeftAfterRelease), 0);
+}
+
+#[test]
+fn the_report_counts_reads_writes_and_permits() {
+    let mut b = clean_rw();
+    for e in clean_permits().events {
+        b.events.push(e);
+    }
+    let report = run(&b);
+    assert_eq!(report.verdict, Verdict::Pass, "{}", report.summary_table());
+    let table = report.summary_table();
+    for needle in [
+        "reads",
+        "writes",
+        "permits at once max",
+        "2 of K 2",
+        "readers at once max",
+        "writer_overlap",
+        "more_than_k_holders",
+        "rw0",
+        "sem",
+    ] {
+        assert!(table.contains(needle), "{needle}\n{table}");
+    }
+    assert!(table.lines().all(|l| l.chars().count() <= 78), "{table}");
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(json.contains("\"kind\":\"more_than_k_holders\""), "{json}");
+    let back: CheckReport = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, report);
+}
+
 /// Holds as (key, start offset, length, how it ends) in ns.
 fn schedule_events(holds: &[(usize, u64, u64, u8)]) -> Vec<Event> {
     let mut b = Builder::new();
@@ -819,7 +1085,66 @@ fn disjoint() -> impl Strategy<Value = Vec<(usize, u64, u64, u8)>> {
     })
 }
 
+/// Shared holds as (mode: 0 write, else a read or a permit of slot
+/// `mode`, start, length) in µs, of one name; released before their
+/// deadline.
+fn shared_events(holds: &[(u32, u64, u64)], semaphore: Option<u32>) -> Vec<Event> {
+    let mut b = Builder::new();
+    for (i, &(mode, start, len)) in holds.iter().enumerate() {
+        let mode = match (semaphore, mode) {
+            (Some(k), slot) => permit(slot, k),
+            (None, 0) => Mode::Write,
+            (None, slot) => read(slot),
+        };
+        let (start, end) = (synth::T0 + start * 1_000, synth::T0 + (start + len) * 1_000);
+        let id = format!("w{i}-1");
+        b.won_as(start, "x", &id, end + 1_000_000, mode)
+            .release(end, "x", &id, end + 1_000_000);
+    }
+    b.sorted()
+}
+
+fn shared_schedule() -> impl Strategy<Value = Vec<(u32, u64, u64)>> {
+    prop::collection::vec((0..4u32, 0..200u64, 1..60u64), 1..40)
+}
+
 proptest! {
+    #[test]
+    fn writer_overlaps_are_the_pairs_with_a_writer(holds in shared_schedule()) {
+        let report = check(&shared_events(&holds, None), &Floors::none());
+        let meets = |a: &(u32, u64, u64), b: &(u32, u64, u64)| a.1 < b.1 + b.2 && b.1 < a.1 + a.2;
+        let mut expected = 0;
+        for (i, a) in holds.iter().enumerate() {
+            for b in &holds[i + 1..] {
+                if (a.0 == 0 || b.0 == 0) && meets(a, b) {
+                    expected += 1;
+                }
+            }
+        }
+        prop_assert_eq!(report.count(ViolationKind::WriterOverlap), expected);
+    }
+
+    #[test]
+    fn more_than_k_is_each_start_with_k_open(holds in shared_schedule(), k in 1..4u32) {
+        let report = check(&shared_events(&holds, Some(k)), &Floors::none());
+        // Per hold: the holds open at its start (itself included; of two
+        // starting together, the later in start order sees the earlier).
+        let mut order: Vec<usize> = (0..holds.len()).collect();
+        order.sort_by_key(|&i| (holds[i].1, format!("w{i}-1")));
+        let mut expected = 0;
+        for (n, &i) in order.iter().enumerate() {
+            let t = holds[i].1;
+            let open = order[..=n]
+                .iter()
+                .filter(|&&j| holds[j].1 + holds[j].2 > t)
+                .count();
+            if open > k as usize {
+                expected += 1;
+            }
+        }
+        prop_assert_eq!(report.count(ViolationKind::MoreThanKHolders), expected);
+    }
+
     #[test]
     fn disjoint_schedules_never_overlap(holds in disjoint()) {
         let report = check(&schedule_events(&holds), &Floors::none());

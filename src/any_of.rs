@@ -43,17 +43,21 @@ use crate::acquire::{self, Request};
 use crate::clock::instant_in;
 use crate::error::{Error, NodeOutcome};
 use crate::guard::LockGuard;
-use crate::keys::KeySet;
+use crate::keys::{KeySet, slot_name};
 use crate::services::Services;
 use crate::telemetry::{self, Outcome};
 
 /// What one acquire of any of several slots is.
 pub(crate) struct AnyOf<'a> {
-    /// The caller's name for the whole (the semaphore's or lock's name), for
-    /// errors.
+    /// The caller's name for the whole (the semaphore's or lock's name):
+    /// the slots' names derive from it, and errors carry it.
     pub(crate) label: &'a str,
-    /// One single-name request per slot, in the order to try them.
-    pub(crate) slots: Vec<(u32, Request)>,
+    /// The slots' prefix (`keys::PERMIT_PREFIX` or `keys::RW_PREFIX`).
+    pub(crate) prefix: &'static str,
+    /// Slots `0..count`.
+    pub(crate) count: u32,
+    /// Whether the watchdog renews the guard, and the keys' TTL.
+    pub(crate) how: (bool, Duration),
     /// `None`: one sweep.
     pub(crate) wait: Option<Duration>,
     /// How many calls of this lock service may wait for these slots at
@@ -91,17 +95,12 @@ impl Sweepers {
 /// Takes one of `any.slots`, and says which.
 pub(crate) async fn acquire(
     services: &Arc<Services>,
-    mut any: AnyOf<'_>,
+    any: AnyOf<'_>,
 ) -> Result<(LockGuard, u32), Error> {
-    let config = &services.core.config;
-    for (_, request) in &mut any.slots {
-        request.waits = any.wait.is_some() && config.wake_ups;
-        request.ticket = None;
-    }
     let span = tracing::debug_span!(
         "acquire_any",
         name = any.label,
-        slots = any.slots.len(),
+        slots = any.count,
         wait_ms = any.wait.map(|w| w.as_millis() as u64),
         slot = Empty,
         waited_us = Empty,
@@ -127,44 +126,51 @@ async fn sweeps(
     any: &AnyOf<'_>,
     waited: &mut Duration,
 ) -> Result<(LockGuard, u32), Error> {
+    let order = Order::random(any.count);
+    let Some(wait) = any.wait else {
+        // One sweep: nothing to listen for, nobody to queue behind.
+        return match sweep(services, any, &order, Sweep::once()).await {
+            Swept::Won(won) => Ok(won),
+            Swept::Failed(error) => Err(error),
+            Swept::Refused(refused) => Err(refused.error),
+        };
+    };
     let began = Instant::now();
-    let budget_end = instant_in(any.wait.unwrap_or_default());
-    let names: Vec<&str> = any.slots.iter().map(|(_, r)| &**r.keys.first()).collect();
+    let budget_end = instant_in(wait);
+    let names: Vec<String> = order.slots().map(|slot| any.slot_name(slot)).collect();
     let every_slot = KeySet::new(&names)?;
-    let counters = &services.core.counters;
     // As for a lock: a slot released to another process's waiter is left
     // to it only when no waiter of this lock service waits for the slots
     // (the release may have told one of them).
     let others_wait = services.wake.has_waiters(&every_slot);
+    let counters = &services.core.counters;
     let mut waiter = services
         .wake
         .waiter(&every_slot, counters, None)
         .without_turns();
-    let retry = &services.core.config.retry;
     // At most as many calls of this service as there are slots wait and
     // sweep at once (the rest queue here, first come, first served): one
     // sweeper would let the slots change hands one at a time, and every
-    // waiter sweeping on every release is a herd.
-    let _active = match any.wait {
-        Some(_) => {
-            // Queued behind others: the slots change hands now, and a
-            // release during the first sweep must not go unheard (the slot
-            // would sit free until the backoff ends).
-            if any.active.available_permits() == 0 {
-                waiter.listen_now();
-            }
-            let queued = Arc::clone(&any.active).acquire_owned();
-            let pause = Instant::now();
-            let active = tokio::time::timeout_at(budget_end, queued).await;
-            *waited += pause.elapsed();
-            active.ok().and_then(Result::ok)
-        }
-        None => None,
-    };
+    // waiter sweeping on every release is a herd. Queued behind others,
+    // the slots change hands now, and a release during the first sweep
+    // must not go unheard (the slot would sit free until the backoff ends).
+    if any.active.available_permits() == 0 {
+        waiter.listen_now();
+    }
+    let queued = Arc::clone(&any.active).acquire_owned();
+    let pause = Instant::now();
+    let _active = tokio::time::timeout_at(budget_end, queued).await;
+    *waited += pause.elapsed();
+    let retry = &services.core.config.retry;
     let mut made = 0;
     loop {
         waiter.mark();
-        let refused = match sweep(services, any, made > 0, budget_end, !others_wait).await {
+        let how = Sweep {
+            gated: made > 0,
+            budget_end: Some(budget_end),
+            step_aside: !others_wait,
+        };
+        let refused = match sweep(services, any, &order, how).await {
             Swept::Won(won) => return Ok(won),
             Swept::Failed(error) => return Err(error),
             Swept::Refused(refused) => refused,
@@ -172,9 +178,6 @@ async fn sweeps(
         made += 1;
         let now = Instant::now();
         let out_of_attempts = retry.max_attempts().is_some_and(|max| made >= max);
-        if any.wait.is_none() {
-            return Err(refused.error);
-        }
         if out_of_attempts || now >= budget_end {
             return Err(Error::WaitBudgetExhausted {
                 key: any.label.to_owned(),
@@ -192,6 +195,65 @@ async fn sweeps(
             .wait(Some(&refused.error), backoff, budget_end, None, true, None)
             .await;
         *waited += pause.elapsed();
+    }
+}
+
+impl AnyOf<'_> {
+    fn slot_name(&self, slot: u32) -> String {
+        slot_name(self.prefix, self.label, slot)
+    }
+
+    /// The request of one try of `slot`: a waiting call's marks the slot
+    /// where it finds it held (its release then announces itself); no
+    /// try queues.
+    fn request(&self, services: &Services, slot: u32) -> Result<Request, Error> {
+        let mut request = Request::new(&[self.slot_name(slot)], None, self.how)?;
+        request.waits = self.wait.is_some() && services.core.config.wake_ups;
+        Ok(request)
+    }
+}
+
+/// The order a call tries the slots in: from a random one, so that
+/// callers spread out.
+struct Order {
+    start: u32,
+    count: u32,
+}
+
+impl Order {
+    fn random(count: u32) -> Order {
+        Order {
+            start: rand::random::<u32>() % count.max(1),
+            count,
+        }
+    }
+
+    fn slots(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.count).map(|i| (self.start + i) % self.count)
+    }
+}
+
+/// How one sweep goes.
+struct Sweep {
+    /// Every try asks the gate first (not only after a refusal).
+    gated: bool,
+    /// A waiting call's sweep stops here (after at least one try), so
+    /// that the call overruns its budget by one attempt at most, as a
+    /// lock's does.
+    budget_end: Option<Instant>,
+    /// Leave a slot this lock service just released to another process's
+    /// waiter (a waiting call, when no other of its lock service waits).
+    step_aside: bool,
+}
+
+impl Sweep {
+    /// The one sweep of a call that does not wait.
+    fn once() -> Sweep {
+        Sweep {
+            gated: false,
+            budget_end: None,
+            step_aside: false,
+        }
     }
 }
 
@@ -214,46 +276,36 @@ struct Refused {
 }
 
 /// One pass over the slots.
-/// A waiting call's sweep stops at `budget_end` (after at least one
-/// try), so that the call overruns its budget by one attempt at most, as
-/// a lock's does.
-async fn sweep(
-    services: &Arc<Services>,
-    any: &AnyOf<'_>,
-    gated_from_start: bool,
-    budget_end: Instant,
-    step_aside: bool,
-) -> Swept {
+async fn sweep(services: &Arc<Services>, any: &AnyOf<'_>, order: &Order, how: Sweep) -> Swept {
     let mut soonest: Option<Error> = None;
     let mut other: Option<Error> = None;
     let mut aside: Option<Duration> = None;
-    let mut gated = gated_from_start;
-    for (tried, (slot, request)) in any.slots.iter().enumerate() {
-        if tried > 0 && any.wait.is_some() && Instant::now() >= budget_end {
+    let mut gated = how.gated;
+    for (tried, slot) in order.slots().enumerate() {
+        if tried > 0 && how.budget_end.is_some_and(|end| Instant::now() >= end) {
             break;
         }
-        // A waiting call leaves a slot this lock service just released to
-        // another process's waiter; one try (no wait) never waits.
-        let pause = any
-            .wait
-            .filter(|_| step_aside)
-            .and_then(|_| services.wake.stepping_aside(&request.keys));
+        let request = match any.request(services, slot) {
+            Ok(request) => request,
+            Err(error) => return Swept::Failed(error),
+        };
+        let pause = how
+            .step_aside
+            .then(|| services.wake.stepping_aside(&request.keys))
+            .flatten();
         if let Some(pause) = pause {
             aside = Some(aside.map_or(pause, |a| a.max(pause)));
             continue;
         }
         let gate = gated.then(|| acquire::gate(services)).flatten();
-        match acquire::attempt(services, request, gate).await {
-            Ok(lease) => {
-                let guard = LockGuard::new(lease, Arc::clone(services));
-                return Swept::Won((guard, *slot));
-            }
+        match acquire::attempt(services, &request, gate).await {
+            Ok(lease) => return Swept::Won((LockGuard::new(lease, Arc::clone(services)), slot)),
             Err(error) if !error.is_retryable() => return Swept::Failed(error),
             Err(error) => {
                 gated = true;
                 let queued = queued_ahead(&error);
                 match &error {
-                    Error::Contended { .. } => soonest = Some(sooner(soonest, error, any.label)),
+                    Error::Contended { .. } => soonest = Some(sooner(soonest, error)),
                     _ => {
                         other.get_or_insert(error);
                     }
@@ -265,11 +317,14 @@ async fn sweep(
         }
     }
     let error = other.or(soonest).unwrap_or_else(|| Error::Contended {
-        key: any.label.to_owned(),
+        key: String::new(),
         free_in: aside,
         nodes: Default::default(),
     });
-    Swept::Refused(Refused { error, aside })
+    Swept::Refused(Refused {
+        error: error.renamed(any.label),
+        aside,
+    })
 }
 
 /// Whether a refusal came from a waiter queued ahead on some node: a
@@ -282,22 +337,14 @@ fn queued_ahead(error: &Error) -> bool {
 }
 
 /// The contention error whose slot frees soonest (a slot without expiry
-/// frees never), renamed to the caller's name.
-fn sooner(kept: Option<Error>, new: Error, label: &str) -> Error {
+/// frees never).
+fn sooner(kept: Option<Error>, new: Error) -> Error {
     let free_in = |e: &Error| match e {
         Error::Contended { free_in, .. } => free_in.unwrap_or(Duration::MAX),
         _ => Duration::MAX,
     };
-    let best = match kept {
+    match kept {
         Some(kept) if free_in(&kept) <= free_in(&new) => kept,
         _ => new,
-    };
-    match best {
-        Error::Contended { free_in, nodes, .. } => Error::Contended {
-            key: label.to_owned(),
-            free_in,
-            nodes,
-        },
-        other => other,
     }
 }

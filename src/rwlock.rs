@@ -298,17 +298,11 @@ impl MultiRwLock {
         how: (bool, Duration),
     ) -> Result<ReadGuard, Error> {
         check_rw_name(name)?;
-        let start = rand::random::<u32>() % Self::READER_SLOTS;
-        let slots = (0..Self::READER_SLOTS)
-            .map(|i| (start + i) % Self::READER_SLOTS)
-            .map(|slot| {
-                let slot_name = slot_name(RW_PREFIX, name, slot);
-                Request::new(&[slot_name], None, how).map(|r| (slot, r))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
         let any = AnyOf {
             label: name,
-            slots,
+            prefix: RW_PREFIX,
+            count: Self::READER_SLOTS,
+            how,
             wait: wait.map(Wait::budget),
             active: self.sweepers.for_slots(name, Self::READER_SLOTS),
         };

@@ -8,7 +8,6 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::acquire::Request;
 use crate::any_of::{self, AnyOf, Sweepers};
 use crate::config::{GuardOptions, LockConfig};
 use crate::error::Error;
@@ -291,17 +290,11 @@ impl MultiSemaphore {
         (watched, ttl): (bool, std::time::Duration),
     ) -> Result<Permit, Error> {
         check_permits(name, permits)?;
-        let start = rand::random::<u32>() % permits;
-        let slots = (0..permits)
-            .map(|i| (start + i) % permits)
-            .map(|slot| {
-                let slot_name = slot_name(PERMIT_PREFIX, name, slot);
-                Request::new(&[slot_name], None, (watched, ttl)).map(|r| (slot, r))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
         let any = AnyOf {
             label: name,
-            slots,
+            prefix: PERMIT_PREFIX,
+            count: permits,
+            how: (watched, ttl),
             wait: wait.map(Wait::budget),
             active: self.sweepers.for_slots(name, permits),
         };

@@ -129,10 +129,7 @@ impl Waiter<'_> {
             tokio::time::sleep_until(instant_in(backoff).min(budget_end)).await;
             return Woken::Retry;
         }
-        if self.registration.is_none() {
-            self.registration =
-                Some(wake.register(&self.keys, self.counters, self.queue_id.clone()));
-        }
+        self.listen_now();
         if self.takes_turns && self.turn.is_none() && !self.take_turn(budget_end).await {
             return Woken::Retry;
         }

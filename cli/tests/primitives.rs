@@ -20,7 +20,7 @@ use std::time::Duration;
 use common::{
     BIN, Running, code, command, output, path, spawn, spawn_logged, text, wait_for, wait_for_text,
 };
-use quorumlock::{LockConfig, MultiLock};
+use quorumlock::{LockConfig, MultiLock, MultiRwLock, MultiSemaphore};
 use quorumlock_testbed::Testbed;
 
 /// A command's part: `sh probe.sh KIND TAG [FILE…]` logs `start KIND TAG`,
@@ -325,10 +325,12 @@ fn conflicts_environment_and_loss_work_as_for_a_plain_run() {
     assert_eq!(code(out.status), 0, "{out:?}");
 
     // A lost permit, reader or writer: SIGTERM to the command, exit 76.
-    for (flags, primitive) in [
-        (&["--permits", "2"][..], "permit"),
-        (&["--shared"], "rw"),
-        (&["--exclusive"], "rw"),
+    let permit: fn(&str, u32) -> String = MultiSemaphore::slot_name;
+    let reader: fn(&str, u32) -> String = MultiRwLock::slot_name;
+    for (flags, slot_name_of) in [
+        (&["--permits", "2"][..], permit),
+        (&["--shared"], reader),
+        (&["--exclusive"], reader),
     ] {
         let dir = tempfile::tempdir().expect("temp dir");
         let (slot, termed) = (dir.path().join("slot"), dir.path().join("termed"));
@@ -347,7 +349,8 @@ fn conflicts_environment_and_loss_work_as_for_a_plain_run() {
             held = std::fs::read_to_string(&slot).unwrap_or_default();
             held.ends_with('\n')
         });
-        let slot_name = format!("quorumlock:{primitive}:lossy:{}", held.trim());
+        let slot = held.trim().parse().expect("QUORUMLOCK_SLOT is a number");
+        let slot_name = slot_name_of("lossy", slot);
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
         runtime
             .block_on(async {
@@ -467,7 +470,8 @@ fn status_shows_permits_readers_and_the_writer() {
     assert!(
         of_kind(&rows, "permit")
             .iter()
-            .all(|r| r["slot"].as_u64() < Some(3))
+            .all(|r| r["slot"].as_u64().is_some_and(|slot| slot < 3)),
+        "{rows:?}"
     );
     assert!(of_kind(&rows, "writer").is_empty(), "{rows:?}");
 

@@ -140,21 +140,15 @@ fn judge(conn: &mut redis::Connection, key: &str, declared: &Declared) -> Option
         // (`quorumlock:permit:<name>:<i>`): judged as a lock key, and
         // declared by its own name or its primitive's.
         if matches!(kind, "permit" | "rw") {
-            let primitive = name.rsplit_once(':').map_or(name, |(n, _)| n);
-            if declared.allows(key) || declared.allows(primitive) {
+            if declared.allows(key) || slot_of(key).is_some_and(|p| declared.allows(p)) {
                 return None;
             }
             return lock_key(conn, key);
         }
         // A slot's queue is declared by the slot's or its primitive's name.
-        let primitive = ["quorumlock:permit:", "quorumlock:rw:"]
-            .iter()
-            .find_map(|p| name.strip_prefix(p))
-            .and_then(|slot| slot.rsplit_once(':'))
-            .map(|(primitive, _)| primitive);
         if !matches!(kind, "queue" | "leases")
             || declared.allows(name)
-            || primitive.is_some_and(|p| declared.allows(p))
+            || slot_of(name).is_some_and(|p| declared.allows(p))
         {
             return None;
         }
@@ -165,6 +159,16 @@ fn judge(conn: &mut redis::Connection, key: &str, declared: &Declared) -> Option
         return None;
     }
     lock_key(conn, key)
+}
+
+/// The semaphore's or read-write lock's name of a slot name
+/// (`quorumlock:permit:<name>:<i>`, `quorumlock:rw:<name>:<i>`).
+fn slot_of(name: &str) -> Option<&str> {
+    ["quorumlock:permit:", "quorumlock:rw:"]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
+        .and_then(|slot| slot.rsplit_once(':'))
+        .map(|(primitive, _)| primitive)
 }
 
 /// What `key` is if it is a lock key (of either form).

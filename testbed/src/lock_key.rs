@@ -82,7 +82,10 @@ pub fn probe(
             redis::Value::BulkString(owner),
             redis::Value::Int(pttl),
         ] = triple
-            && let Some(key) = usize::try_from(*i - 1).ok().and_then(|i| keys.get(i))
+            && let Some(key) = i
+                .checked_sub(1)
+                .and_then(|i| usize::try_from(i).ok())
+                .and_then(|i| keys.get(i))
         {
             found.push((
                 key.clone(),

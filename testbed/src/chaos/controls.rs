@@ -317,7 +317,7 @@ impl Client {
         let rec = self.attempt(name, None);
         let names: Vec<String> = slots
             .iter()
-            .map(|i| format!("quorumlock:rw:{name}:{i}"))
+            .map(|&i| quorumlock::MultiRwLock::slot_name(name, i))
             .collect();
         let held = self.lock.try_acquire_all(&names).await.map(Held::Lock);
         Client::won(rec, held, Some(Mode::Write)).await

@@ -372,11 +372,12 @@ pub fn probed_names(
     let mut names = mutexes.to_vec();
     for name in rw_keys {
         names.extend(
-            (0..quorumlock::MultiRwLock::READER_SLOTS).map(|i| format!("quorumlock:rw:{name}:{i}")),
+            (0..quorumlock::MultiRwLock::READER_SLOTS)
+                .map(|i| quorumlock::MultiRwLock::slot_name(name, i)),
         );
     }
     if let Some((name, permits)) = semaphore {
-        names.extend((0..*permits).map(|i| format!("quorumlock:permit:{name}:{i}")));
+        names.extend((0..*permits).map(|i| quorumlock::MultiSemaphore::slot_name(name, i)));
     }
     names
 }

@@ -47,19 +47,7 @@ impl Builder {
     }
 
     pub fn won(&mut self, t: Nanos, key: &str, hold: &str, deadline: Nanos) -> &mut Self {
-        let src = worker_of(hold);
-        self.push(
-            t,
-            src,
-            What::Won {
-                key: key.into(),
-                hold: hold.into(),
-                deadline,
-                nodes: vec![0, 1, 2],
-                mode: None,
-                owner: None,
-            },
-        )
+        self.won_with(t, key, hold, deadline, None)
     }
 
     /// A read-write lock's or a semaphore's win: the call named no owner,
@@ -72,7 +60,19 @@ impl Builder {
         deadline: Nanos,
         mode: Mode,
     ) -> &mut Self {
+        self.won_with(t, key, hold, deadline, Some(mode))
+    }
+
+    fn won_with(
+        &mut self,
+        t: Nanos,
+        key: &str,
+        hold: &str,
+        deadline: Nanos,
+        mode: Option<Mode>,
+    ) -> &mut Self {
         let src = worker_of(hold);
+        let owner = mode.is_some().then(|| format!("owner-of-{hold}"));
         self.push(
             t,
             src,
@@ -81,8 +81,8 @@ impl Builder {
                 hold: hold.into(),
                 deadline,
                 nodes: vec![0, 1, 2],
-                mode: Some(mode),
-                owner: Some(format!("owner-of-{hold}")),
+                mode,
+                owner,
             },
         )
     }

@@ -39,7 +39,6 @@ use redis::aio::MultiplexedConnection;
 
 use super::history::{HistoryWriter, Target, What};
 use super::hold_log::{Held, HoldLog};
-pub use super::hold_log::{deadline_of, held_indexes, to_monotonic};
 
 /// Everything a worker needs; passed on its command line by the run.
 #[derive(Clone, Debug)]

@@ -165,6 +165,7 @@ pub(crate) async fn attempt(
     bump(&core.counters.attempts);
     let mut round = QuorumRound::new(core.nodes.len(), core.required(), Stamp::now());
     let lease_ms = core.queue_lease_ms();
+    let reads_fences = core.reads_fences();
     let cutoff = Arc::new(Cutoff::default());
     let acquire = |i: usize| {
         let cutoff = Arc::clone(&cutoff);
@@ -173,6 +174,7 @@ pub(crate) async fn attempt(
             ttl_ms,
             waits: request.waits,
             lease_ms,
+            reads_fences,
         };
         core.nodes[i].acquire(call, cutoff)
     };
@@ -350,7 +352,7 @@ fn lease(
         .replies
         .iter_mut()
         .map(|reply| match reply.take() {
-            Some(Ok(AcquireReply::Won { fences })) => Some(fences),
+            Some(Ok(AcquireReply::Won { fences })) => fences,
             _ => None,
         })
         .collect();

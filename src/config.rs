@@ -64,6 +64,7 @@ pub struct LockConfig {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) wake_ups: bool,
     pub(crate) fair: bool,
+    pub(crate) prefetch_fencing: bool,
     pub(crate) quarantine: Duration,
 }
 
@@ -348,6 +349,21 @@ impl LockConfig {
     /// ```
     pub fn fair(&self) -> bool {
         self.fair
+    }
+
+    /// Whether every acquire reads the fencing counters from the start
+    /// (see [`LockConfigBuilder::prefetch_fencing`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().node("redis://127.0.0.1:6379").build()?;
+    /// assert!(!config.prefetch_fencing(), "off by default");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn prefetch_fencing(&self) -> bool {
+        self.prefetch_fencing
     }
 
     /// How long a node whose data may be incomplete casts no vote (see

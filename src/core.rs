@@ -29,6 +29,10 @@ pub(crate) struct Core {
     /// Set once every node's first connect has ended (see
     /// [`Core::first_connects`]).
     connected: tokio::sync::OnceCell<()>,
+    /// Set once a holder of this lock service asked for a fencing token:
+    /// from then on its acquires read the names' fencing counters (see
+    /// [`Core::reads_fences`]).
+    tokens_asked: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -63,7 +67,24 @@ impl Core {
             background,
             counters: Counters::default(),
             connected: tokio::sync::OnceCell::new(),
+            tokens_asked: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether an acquire reads the fencing counters of its names, so that
+    /// a token costs no read of its own (`crate::fence`): with
+    /// `prefetch_fencing`, or once any holder of this lock service asked
+    /// for a token. Until then nobody needs them, and the read is a fifth
+    /// of an acquire's work on a node; a service's first token reads them
+    /// itself (one more round trip, once).
+    pub(crate) fn reads_fences(&self) -> bool {
+        self.config.prefetch_fencing || self.tokens_asked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes that a holder asked for a fencing token.
+    pub(crate) fn token_asked(&self) {
+        self.tokens_asked
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Waits, once in the life of the lock service, until every node's

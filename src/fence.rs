@@ -60,9 +60,13 @@
 //! holder:
 //!
 //! 1. **Reads** the counters. The acquire script already returned them from
-//!    every node it won, so this costs nothing unless those reads are too few
-//!    (see the read rule); then it reads every node once more (one extra
-//!    round trip, e.g. for a name's first token on nodes with a history).
+//!    every node it won (once a holder of the lock service has asked for a
+//!    token, or with
+//!    [`prefetch_fencing`](crate::LockConfigBuilder::prefetch_fencing)), so
+//!    this costs nothing unless those reads are too few (see the read rule);
+//!    then it reads every node once more (one extra round trip, e.g. for a
+//!    name's first token on nodes with a history, or a lock service's first
+//!    token).
 //! 2. **Picks** `p` = one more than every counter it read, current or not.
 //! 3. **Raises** the counter to `max(counter, p)`, stamped with the node's
 //!    epoch, on every node, in one script that does so only while the lock
@@ -205,6 +209,7 @@ pub(crate) fn floor_token(reads: &[Read], times_us: &[Option<u64>]) -> Option<u6
 /// Reads (if needed), picks and raises the token; see the module docs.
 pub(crate) async fn establish(lease: &Arc<Lease>) -> Result<u64, Error> {
     lease.ensure_held()?;
+    lease.core.token_asked();
     let token = pick_token(lease).await?;
     raise(lease, token).await
 }

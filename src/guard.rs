@@ -455,8 +455,11 @@ impl HeldLock {
     /// write, e.g. [`FencedResource`](crate::fenced::FencedResource).
     ///
     /// The first call costs one round trip to the nodes (two for a name's
-    /// very first token); later calls, and holds re-entered through this
-    /// one, return the same token. For a lock on several names, the token is
+    /// very first token, and for the first token of a lock service: until
+    /// a holder asks for one, its acquires skip reading the counters, see
+    /// [`prefetch_fencing`](crate::LockConfigBuilder::prefetch_fencing));
+    /// later calls, and holds re-entered through this one, return the same
+    /// token. For a lock on several names, the token is
     /// larger than every earlier token of each of its names.
     ///
     /// The first call fails with [`Error::Lost`] when the lock is no longer

@@ -236,6 +236,10 @@ pub(crate) struct Entry {
     pub(crate) keys: Arc<KeySet>,
     pub(crate) token: Arc<str>,
     pub(crate) id: Arc<str>,
+    /// `"<token> <id>"`: the value of a lock key with this one hold, and
+    /// what the acquire and release scripts take (written once, not per
+    /// call).
+    pub(crate) hold: Arc<str>,
     /// The place in the names' waiter queues of the acquire call that
     /// made this entry, if it waits for release notices.
     pub(crate) ticket: Option<Ticket>,
@@ -248,12 +252,28 @@ impl Entry {
     /// nodes: a late rollback of one attempt can never remove another
     /// attempt's hold.
     pub(crate) fn new(keys: Arc<KeySet>, token: Arc<str>, nodes: usize) -> Entry {
+        let id = format!("{:016x}", rand::random::<u64>());
         Entry {
             keys,
+            hold: Arc::from(format!("{token} {id}")),
             token,
-            id: Arc::from(format!("{:016x}", rand::random::<u64>())),
+            id: Arc::from(id),
             ticket: None,
             reached: Arc::new(Reached::new(nodes)),
+        }
+    }
+
+    /// An entry that holds nothing: only its `ticket`'s places in the
+    /// waiter queues of `keys` (an acquire call that stops waiting gives
+    /// them up with it). Its hold, `" "`, is no lock key's value.
+    pub(crate) fn places_only(keys: Arc<KeySet>, ticket: Ticket) -> Entry {
+        Entry {
+            keys,
+            token: Arc::from(""),
+            id: Arc::from(""),
+            hold: Arc::from(" "),
+            ticket: Some(ticket),
+            reached: Arc::new(Reached::new(0)),
         }
     }
 }

@@ -148,22 +148,6 @@ pub(crate) fn write(call: &(impl Call + ?Sized), cmd: &mut Cmd) {
     call.args(&mut out);
 }
 
-/// How many keys (but a vote's epoch marker) and arguments `call` writes
-/// (a batch's headers).
-pub(crate) fn counts(call: &(impl Call + ?Sized)) -> (usize, usize) {
-    let mut keys = Args {
-        cmd: None,
-        count: 0,
-    };
-    call.keys(&mut keys);
-    let mut args = Args {
-        cmd: None,
-        count: 0,
-    };
-    call.args(&mut args);
-    (keys.count, args.count)
-}
-
 /// The queue id whose places a script gives up: the entry's ticket's when
 /// `leave`, else none ('').
 fn queue_id(entry: &Entry, leave: bool) -> &str {
@@ -211,18 +195,43 @@ mod tests {
         assert!(acquire::SCRIPT.body(true).starts_with("#!lua\n"));
     }
 
-    /// Every key a script touches is declared in its KEYS (Redis's rule
-    /// for scripts): no script names a `quorumlock:` key itself. Only the
-    /// release channels are named in the scripts, and they are no keys.
+    /// Every key a script touches is declared in its KEYS or named after
+    /// a declared lock key by `layout.lua`'s three functions (the keys
+    /// beside a lock key, as `keys.rs` names them): no script names any
+    /// other `quorumlock:` key itself. Only the release channels are named
+    /// in the scripts besides, and they are no keys.
     #[test]
     fn no_script_names_a_key_of_its_own() {
         for script in all() {
+            let mut in_layout = false;
             for line in script.body(false).lines() {
+                if line.starts_with("local function quorumlock_") {
+                    in_layout = line.contains("_of(key)");
+                }
                 let code = line.split("--").next().unwrap_or("");
                 if code.contains("'quorumlock:") {
-                    assert!(code.contains("PUBLISH"), "a key not in KEYS: {line}");
+                    assert!(
+                        code.contains("PUBLISH") || in_layout,
+                        "a key not in KEYS: {line}"
+                    );
                 }
             }
+        }
+    }
+
+    /// `layout.lua` names a lock key's counter, queue and leases as
+    /// `keys.rs` does.
+    #[test]
+    fn the_scripts_name_the_keys_beside_a_lock_key_as_the_client_does() {
+        use crate::keys::{fence_key, queue_key, queue_leases_key};
+        let layout = include_str!("scripts/layout.lua");
+        for (function, key) in [
+            ("quorumlock_fence_of", fence_key("")),
+            ("quorumlock_queue_of", queue_key("")),
+            ("quorumlock_leases_of", queue_leases_key("")),
+        ] {
+            let expected = format!("local function {function}(key)\n  return '{key}' .. key\nend");
+            assert!(layout.contains(&expected), "layout.lua lacks {expected}");
         }
     }
 }

@@ -50,9 +50,13 @@ async fn a_bad_counter_read_by_an_acquire_is_a_typed_error_and_the_name_stays_us
     let testbed = Testbed::start(3).expect("testbed");
     let lock = common::connected(common::lock(&testbed)).await;
     let strict = common::connected(common::lock_with(&testbed, |b| b.quorum(Quorum::All))).await;
-    let first = lock.try_acquire(NAME).await.expect("free");
+    // A lock service's acquires read the counters once one of its holders
+    // asked for a token (the strict one here; `lock` asks below, and reads
+    // them with a read of its own first).
+    let first = strict.try_acquire(NAME).await.expect("free");
     let mut last = first.fencing_token().await.expect("token");
     first.release().await;
+    common::wait_until_gone(&testbed, NAME, "the first holder released").await;
 
     for bad in BAD {
         common::set_on(testbed.node(2), COUNTER, bad);

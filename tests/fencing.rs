@@ -607,3 +607,49 @@ async fn a_raise_re_takes_absent_keys_and_leaves_other_owners_alone() {
     assert_eq!(common::fence_on(&nodes[1], "ledger"), Some(next));
     guard.release().await;
 }
+
+/// The `GET`s one acquire and release of `name` by `lock` cost node 0
+/// (every node takes part: `lock` needs them all).
+async fn gets_per_hold(testbed: &Testbed, lock: &MultiLock, name: &str) -> u64 {
+    // The scripts' own `GET`s included (`INFO commandstats`).
+    let before = common::calls_on(testbed.node(0), "get");
+    let guard = lock.try_acquire(name).await.expect("free");
+    guard.release().await;
+    common::calls_on(testbed.node(0), "get") - before
+}
+
+/// An acquire reads the fencing counter (one `GET` per name and node) only
+/// once a holder of its lock service has asked for a token, or from the
+/// start with `prefetch_fencing`; the first token reads it itself, and the
+/// tokens rise either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_read_the_counters_once_a_holder_asked_for_a_token() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let lazy = common::every_node_lock(&testbed).await;
+    let eager = common::connected(common::lock_with(&testbed, |b| {
+        b.quorum(quorumlock::Quorum::All).prefetch_fencing(true)
+    }))
+    .await;
+    let without = gets_per_hold(&testbed, &lazy, "job").await;
+    assert_eq!(
+        gets_per_hold(&testbed, &eager, "job").await,
+        without + 1,
+        "a prefetching service reads the counter"
+    );
+    let first = token_of_a_hold(&lazy).await;
+    assert_eq!(
+        gets_per_hold(&testbed, &lazy, "job").await,
+        without + 1,
+        "read once a holder asked for a token"
+    );
+    let second = token_of_a_hold(&lazy).await;
+    assert!(second > first, "{second} after {first}");
+}
+
+/// The fencing token of one hold of "job" by `lock`.
+async fn token_of_a_hold(lock: &MultiLock) -> u64 {
+    let guard = lock.try_acquire("job").await.expect("free");
+    let token = guard.fencing_token().await.expect("a token");
+    guard.release().await;
+    token
+}

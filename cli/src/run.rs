@@ -82,9 +82,11 @@ pub async fn run(settings: &Settings, args: RunArgs) -> Result<u8, Failure> {
     // --max-hold is enforced here, not by the library's `max_hold` (which
     // stops renewing and lets the lock lapse under a command that may
     // still run): the lock stays renewed until the command has ended.
+    // The command hands every run its fencing token: its one acquire reads
+    // the counters, rather than the token reading them after it.
     let config = settings
         .builder(args.ttl)?
-        .map(|b| b.watchdog(true))
+        .map(|b| b.watchdog(true).prefetch_fencing(true))
         .build()?;
     let shown_urls = settings.shown_urls()?;
     let service = Service::new(args.mode(), config);

@@ -46,6 +46,7 @@ pub struct LockConfigBuilder {
     max_hold: Option<Duration>,
     wake_ups: Option<bool>,
     fair: bool,
+    prefetch_fencing: bool,
     quarantine: Option<Duration>,
     durable: Vec<String>,
 }
@@ -69,6 +70,7 @@ impl fmt::Debug for LockConfigBuilder {
             .field("max_hold", &self.max_hold)
             .field("wake_ups", &self.wake_ups)
             .field("fair", &self.fair)
+            .field("prefetch_fencing", &self.prefetch_fencing)
             .field("quarantine", &self.quarantine)
             .field("durable", &shown(&self.durable))
             .finish()
@@ -380,6 +382,36 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Every acquire reads its names' fencing counters from the start
+    /// (default off: from the first time a holder of this lock service
+    /// asks for a [fencing token](crate::HeldLock::fencing_token)).
+    ///
+    /// A token needs the counters of a majority of the nodes. The acquire
+    /// reads them from every node it wins, at no extra round trip, but the
+    /// read is about a fifth of an acquire's work on a node, wasted when
+    /// nobody asks for a token. So by default a lock service's acquires
+    /// skip it until one of its holders first asks for a token, and that
+    /// first token reads the counters itself: one more round trip, once.
+    /// Turn this on when the very first token's latency matters too (a
+    /// short-lived process that takes one lock and asks for its token,
+    /// as `quorumlock run` does).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::LockConfig;
+    /// let config = LockConfig::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .prefetch_fencing(true)
+    ///     .build()?;
+    /// assert!(config.prefetch_fencing());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn prefetch_fencing(mut self, on: bool) -> Self {
+        self.prefetch_fencing = on;
+        self
+    }
+
     /// How long a node whose data may be incomplete casts no vote (default:
     /// the TTL). Set it to **the longest TTL any client uses on these
     /// nodes**.
@@ -603,6 +635,7 @@ impl LockConfigBuilder {
             watchdog: self.watchdog,
             wake_ups,
             fair: self.fair,
+            prefetch_fencing: self.prefetch_fencing,
             renew_interval,
             loss_margin,
             max_hold: self.max_hold,

@@ -11,7 +11,7 @@ use super::send::{Cutoff, How, NOTHING, Resend};
 use super::{Node, Undo};
 use crate::epoch::ServerHistory;
 use crate::error::NodeError;
-use crate::keys::{Entry, KeySet, Reached, Ticket};
+use crate::keys::{Entry, KeySet, Ticket};
 use crate::scripts::acquire::{Acquire, AcquireReply};
 use crate::scripts::adopt::Adopt;
 use crate::scripts::batch::Member;
@@ -36,9 +36,9 @@ impl Node {
     ) -> impl Future<Output = Result<AcquireReply, NodeError>> + Send + 'static {
         let node = Arc::clone(self);
         async move {
-            let keys = call.entry.keys.len();
+            let (keys, reads_fences) = (call.entry.keys.len(), call.reads_fences);
             let reply = node.batched(Member::Acquire(call), Some(cutoff)).await?;
-            AcquireReply::parse(reply, keys).map_err(|e| node.bad(e))
+            AcquireReply::parse(reply, keys, reads_fences).map_err(|e| node.bad(e))
         }
     }
 
@@ -71,14 +71,7 @@ impl Node {
         ticket: Ticket,
         lives: Duration,
     ) -> Undo<Result<ReleaseReply, NodeError>> {
-        let entry = Entry {
-            keys,
-            token: Arc::from(""),
-            id: Arc::from(""),
-            ticket: Some(ticket),
-            reached: Arc::new(Reached::new(0)),
-        };
-        self.release(entry, true, lives)
+        self.release(Entry::places_only(keys, ticket), true, lives)
     }
 
     /// Runs the handoff script: gives back `from` (one name) and takes the

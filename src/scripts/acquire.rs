@@ -18,13 +18,43 @@ pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(text::
 
 /// An acquire of `entry` for `ttl_ms`. `waits`: the caller waits for a
 /// release notice, so a key found held is marked and its release announces
-/// itself; an entry with a ticket also takes (or keeps) a place in the
-/// names' waiter queues for `lease_ms` (`queue.lua`).
+/// itself; an entry with a ticket (always one that waits: only a waiter
+/// queues) also takes (or keeps) a place in the names' waiter queues for
+/// `lease_ms` (`queue.lua`).
+/// `reads_fences`: the reply carries each name's fencing counter (see
+/// `Core::reads_fences`).
 pub(crate) struct Acquire {
     pub(crate) entry: Entry,
     pub(crate) ttl_ms: u64,
     pub(crate) waits: bool,
     pub(crate) lease_ms: u64,
+    pub(crate) reads_fences: bool,
+}
+
+impl Acquire {
+    /// Its kind (`acquire.lua`): `q` queues (and waits), `w` waits, `a`
+    /// only takes; in capitals when it also reads the fencing counters.
+    pub(crate) fn kind(&self) -> &'static str {
+        match (&self.entry.ticket, self.waits, self.reads_fences) {
+            (Some(_), _, false) => "q",
+            (Some(_), _, true) => "Q",
+            (None, true, false) => "w",
+            (None, true, true) => "W",
+            (None, false, false) => "a",
+            (None, false, true) => "A",
+        }
+    }
+
+    /// Its arguments after the kind: the hold and the TTL; with a ticket,
+    /// its queue id, score and the place's lease (none without: fewer
+    /// arguments to write and for the node to read on every acquire).
+    pub(crate) fn kind_args(&self, out: &mut Args<'_>) {
+        let entry = &self.entry;
+        out.arg(&*entry.hold).arg(self.ttl_ms);
+        if let Some(ticket) = &entry.ticket {
+            out.arg(&*ticket.id).arg(ticket.score).arg(self.lease_ms);
+        }
+    }
 }
 
 impl Call for Acquire {
@@ -36,23 +66,15 @@ impl Call for Acquire {
         true
     }
 
-    /// The lock keys, their fencing counters, their waiter queues and the
-    /// queues' leases.
+    /// The lock keys (the script names their counters and queues).
     fn keys(&self, out: &mut Args<'_>) {
-        let keys = &self.entry.keys;
-        out.names(keys).each(keys.fences()).each(keys.queues());
+        out.names(&self.entry.keys);
     }
 
-    /// Token, entry id, TTL, whether it waits; with a ticket, its queue
-    /// id, score and the place's lease (none without: fewer arguments to
-    /// write and for the node to read on every acquire).
+    /// The kind, then its arguments.
     fn args(&self, out: &mut Args<'_>) {
-        let entry = &self.entry;
-        out.arg(&*entry.token).arg(&*entry.id).arg(self.ttl_ms);
-        out.arg(if self.waits { "1" } else { "0" });
-        if let Some(ticket) = &entry.ticket {
-            out.arg(&*ticket.id).arg(ticket.score).arg(self.lease_ms);
-        }
+        out.arg(self.kind());
+        self.kind_args(out);
     }
 }
 
@@ -60,8 +82,9 @@ impl Call for Acquire {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// The node holds every key for us now; each key's fencing counter
-    /// (`None`: the node has none).
-    Won { fences: Box<[Reading]> },
+    /// (a reading's value `None`: the node has none), when the call read
+    /// them.
+    Won { fences: Option<Box<[Reading]>> },
     /// Another owner holds a key for `pttl` more (`None`: no expiry).
     Held { pttl: Option<Duration> },
     /// A key is free, but a waiter of another acquire call is queued ahead
@@ -71,15 +94,24 @@ pub(crate) enum AcquireReply {
 
 impl AcquireReply {
     /// The reply for an entry of `keys` keys: `{1, value, current, ...}`
-    /// won, `{0, pttl, _}` held (-1: the holder set no expiry), `{0, -2,
-    /// _}` queued.
-    pub(crate) fn parse(reply: Value, keys: usize) -> Result<AcquireReply, BadReply> {
-        let Value::Array(items) = reply else {
-            return Err(BadReply::Unexpected(reply));
+    /// won (`1` when it did not read the counters: `reads_fences`),
+    /// `{0, pttl, _}` held (-1: the holder set no expiry), `{0, -2, _}`
+    /// queued.
+    pub(crate) fn parse(
+        reply: Value,
+        keys: usize,
+        reads_fences: bool,
+    ) -> Result<AcquireReply, BadReply> {
+        let items = match reply {
+            Value::Int(1) if !reads_fences => return Ok(AcquireReply::Won { fences: None }),
+            Value::Array(items) => items,
+            other => return Err(BadReply::Unexpected(other)),
         };
         match items.as_slice() {
-            [Value::Int(1), fences @ ..] if fences.len() == 2 * keys => {
-                readings(fences).map(|fences| AcquireReply::Won { fences })
+            [Value::Int(1), fences @ ..] if reads_fences && fences.len() == 2 * keys => {
+                readings(fences).map(|fences| AcquireReply::Won {
+                    fences: Some(fences),
+                })
             }
             [Value::Int(0), Value::Int(ms @ -1..), Value::Int(_)] => {
                 Ok(AcquireReply::Held { pttl: pttl(*ms) })

@@ -8,7 +8,7 @@ use redis::{ServerError, Value};
 use super::acquire::Acquire;
 use super::release::Release;
 use super::reply::BadReply;
-use super::{Args, Call, Script, counts, text};
+use super::{Args, Call, Script, text};
 
 /// Group commit: each member runs its own script's body; the epoch check
 /// runs once for the batch.
@@ -29,15 +29,25 @@ impl Member {
         }
     }
 
-    /// Its header in a batch: the script's letter, its keys and its
-    /// arguments (`batch.lua`), counted as they are written.
-    fn header(&self) -> String {
-        let letter = match self {
-            Member::Acquire(_) => 'a',
-            Member::Release(_) => 'r',
+    /// Appends its part of a batch's shape (`batch.lua`): its kind, and
+    /// its number of lock keys when that is not 1.
+    fn shape(&self, out: &mut String) {
+        let (kind, keys) = match self {
+            Member::Acquire(acquire) => (acquire.kind(), acquire.entry.keys.len()),
+            Member::Release(release) => (release.kind(), release.entry.keys.len()),
         };
-        let (keys, args) = counts(self.call());
-        format!("{letter}{keys} {args}")
+        out.push_str(kind);
+        if keys != 1 {
+            out.push_str(&keys.to_string());
+        }
+    }
+
+    /// Its arguments after its kind.
+    fn kind_args(&self, out: &mut Args<'_>) {
+        match self {
+            Member::Acquire(acquire) => acquire.kind_args(out),
+            Member::Release(release) => release.kind_args(out),
+        }
     }
 }
 
@@ -80,14 +90,15 @@ impl Call for Batch<'_> {
         }
     }
 
-    /// How many members, their headers, then every member's arguments.
+    /// The members' shape, then every member's arguments.
     fn args(&self, out: &mut Args<'_>) {
-        out.arg(self.0.len());
+        let mut shape = String::with_capacity(self.0.len());
         for member in self.0 {
-            out.arg(member.header());
+            member.shape(&mut shape);
         }
+        out.arg(shape);
         for member in self.0 {
-            member.args(out);
+            member.kind_args(out);
         }
     }
 }
@@ -115,29 +126,130 @@ mod tests {
     use super::*;
     use crate::keys::{Entry, KeySet, Ticket};
 
+    /// Counts the arguments `member` writes after its kind.
+    fn kind_args(member: &Member) -> usize {
+        let mut out = Args {
+            cmd: None,
+            count: 0,
+        };
+        member.kind_args(&mut out);
+        out.count
+    }
+
+    fn acquire(entry: &Entry, waits: bool) -> Member {
+        Member::Acquire(Acquire {
+            entry: entry.clone(),
+            ttl_ms: 1000,
+            waits,
+            lease_ms: 2000,
+            reads_fences: waits,
+        })
+    }
+
+    /// Each kind writes as many arguments as `batch.lua` steps over for it
+    /// (a mismatch would hand every later call of the batch another
+    /// call's arguments).
     #[test]
-    fn a_batch_header_counts_what_each_call_writes() {
+    fn each_kind_writes_the_arguments_batch_lua_reads() {
         let keys = KeySet::new(&["a", "b"]).expect("valid names");
-        let mut entry = Entry::new(keys, Arc::from("token"), 1);
-        entry.ticket = Some(Ticket {
+        let plain = Entry::new(Arc::clone(&keys), Arc::from("token"), 1);
+        let mut queued = plain.clone();
+        queued.ticket = Some(Ticket {
             id: Arc::from("service.call"),
             score: 1,
         });
         let members = [
-            Member::Acquire(Acquire {
-                entry: entry.clone(),
-                ttl_ms: 1000,
-                waits: true,
-                lease_ms: 2000,
+            acquire(&plain, false),
+            acquire(&plain, true),
+            acquire(&queued, true),
+            Member::Release(Release {
+                entry: plain.clone(),
+                leave: true,
             }),
-            Member::Release(Release { entry, leave: true }),
+            Member::Release(Release {
+                entry: queued.clone(),
+                leave: true,
+            }),
+            Member::Release(Release {
+                entry: queued,
+                leave: false,
+            }),
         ];
-        assert_eq!(members[0].header(), "a8 7");
-        assert_eq!(members[1].header(), "r6 3");
+        let mut kinds = Vec::new();
+        for member in &members {
+            let mut shape = String::new();
+            member.shape(&mut shape);
+            let kind = &shape[..1];
+            assert_eq!(&shape[1..], "2", "{shape}: two lock keys");
+            let (body, args) = match member {
+                Member::Acquire(_) => ("quorumlock_acquire", kind_args(member)),
+                Member::Release(_) => ("quorumlock_release", kind_args(member)),
+            };
+            // The branch that tests the kind's byte (named in its comment)
+            // calls the member's body and steps over its arguments.
+            let lower = kind.to_lowercase();
+            let lines: Vec<&str> = include_str!("batch.lua").lines().collect();
+            let at = lines
+                .iter()
+                .position(|line| {
+                    line.trim_start().starts_with("if kind ==")
+                        || line.trim_start().starts_with("elseif kind ==")
+                })
+                .and_then(|first| {
+                    (first..lines.len()).find(|&i| {
+                        let comment = lines[i].split("--").nth(1).unwrap_or("");
+                        comment.contains(&format!("'{lower}'"))
+                    })
+                })
+                .unwrap_or_else(|| panic!("batch.lua has no branch for {kind}"));
+            let byte = format!("kind == {}", lower.as_bytes()[0]);
+            assert!(lines[at].contains(&byte), "{}: not {byte}", lines[at]);
+            assert!(
+                lines[at + 1].contains(body),
+                "{}: not {body}",
+                lines[at + 1]
+            );
+            assert_eq!(
+                lines[at + 2].trim(),
+                format!("args = {args}"),
+                "kind {kind}"
+            );
+            kinds.push(kind.to_string());
+        }
+        assert_eq!(kinds, ["a", "W", "Q", "r", "l", "r"]);
+    }
+
+    #[test]
+    fn a_batch_writes_one_shape_and_only_the_lock_keys() {
+        let one = Entry::new(KeySet::new(&["a"]).expect("valid"), Arc::from("token"), 1);
+        let three = Entry::new(
+            KeySet::new(&["a", "b", "c"]).expect("valid"),
+            Arc::from("token"),
+            1,
+        );
+        let members = [
+            acquire(&one, false),
+            acquire(&three, true),
+            Member::Release(Release {
+                entry: one,
+                leave: false,
+            }),
+        ];
         let mut cmd = redis::cmd("EVALSHA");
         super::super::write(&Batch(&members), &mut cmd);
-        // numkeys, 8 + 6 keys and the epoch marker, the count, 2 headers,
-        // 7 + 3 arguments.
-        assert_eq!(cmd.args_iter().count() - 1, 1 + 15 + 1 + 2 + 10);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .skip(1)
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        // numkeys; 1 + 3 + 1 lock keys and the epoch marker; the shape;
+        // 2 + 2 + 1 arguments.
+        assert_eq!(args[0], "6");
+        assert_eq!(&args[1..7], ["a", "a", "b", "c", "a", "quorumlock:epoch"]);
+        assert_eq!(args[7], "aW3r");
+        assert_eq!(args.len(), 1 + 6 + 1 + 5);
     }
 }

@@ -4,11 +4,11 @@
 -- KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] its waiter queue,
 -- KEYS[4] the queue's leases (queue.lua), KEYS[5] the epoch marker
 -- (epoch.lua).
--- ARGV[1] releasing owner token, ARGV[2] its entry id, ARGV[3] the queue
--- id whose place the release gives up ('' none);
--- ARGV[4] next owner token, ARGV[5] its entry id, ARGV[6] its queue id
--- ('' none), ARGV[7] TTL in ms, ARGV[8] the settled marker,
--- ARGV[9] the quarantine in ms (epoch.lua).
+-- ARGV[1] the releasing hold ("<owner token> <entry id>"), ARGV[2] the
+-- queue id whose place the release gives up ('' none);
+-- ARGV[3] the next owner's hold, ARGV[4] its queue id ('' none), ARGV[5]
+-- TTL in ms, ARGV[6] the settled marker, ARGV[7] the quarantine in ms
+-- (epoch.lua).
 -- Reply: {r, 1, value, current}: the next owner holds the key now (its
 --        fencing counter as acquire.lua returns it) and left the queue;
 --        {r, 0, pttl}: it does not (the key stays held: another hold of the
@@ -19,16 +19,16 @@
 -- name passes within one lock service ahead of the queue's waiters from
 -- other services; they are announced the release that frees it.
 local young = quorumlock_young()
-if ARGV[3] ~= '' then
-  quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[3])
+if ARGV[2] ~= '' then
+  quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[2])
 end
-local r, marked = quorumlock_give_back(KEYS[1], ARGV[1], ARGV[2])
+local r, marked = quorumlock_give_back(KEYS[1], ARGV[1])
 if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
   -- Waiters in other processes still wait: the next release announces.
   local mark = (r == 1 and marked) and ' w' or ''
-  redis.call('SET', KEYS[1], ARGV[4] .. ' ' .. ARGV[5] .. mark, 'PX', ARGV[7])
-  if ARGV[6] ~= '' then
-    quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[6])
+  redis.call('SET', KEYS[1], ARGV[3] .. mark, 'PX', ARGV[5])
+  if ARGV[4] ~= '' then
+    quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[4])
   end
   local value, current = quorumlock_counter(KEYS[2])
   return quorumlock_answer(young, {r, 1, value, current})

@@ -37,15 +37,13 @@ impl Call for Handoff {
         out.names(keys).each(keys.fences()).each(keys.queues());
     }
 
-    /// The releasing owner's token, entry id and queue id, then the next
-    /// owner's, then the TTL.
+    /// The releasing hold and its queue id, then the next owner's, then
+    /// the TTL.
     fn args(&self, out: &mut Args<'_>) {
         let (from, to) = (&self.from, &self.to);
-        out.arg(&*from.token)
-            .arg(&*from.id)
+        out.arg(&*from.hold)
             .arg(queue_id(from, true))
-            .arg(&*to.token)
-            .arg(&*to.id)
+            .arg(&*to.hold)
             .arg(queue_id(to, true))
             .arg(self.ttl_ms);
     }
@@ -71,7 +69,7 @@ impl HandoffReply {
         let released = ReleaseReply::parse(released).map_err(|_| unexpected(&items))?;
         let acquired = match &items[1..] {
             [Value::Int(1), fences @ ..] if fences.len() == 2 => AcquireReply::Won {
-                fences: readings(fences)?,
+                fences: Some(readings(fences)?),
             },
             [Value::Int(0), Value::Int(ms @ -1..)] => AcquireReply::Held { pttl: pttl(*ms) },
             _ => return Err(unexpected(&items)),

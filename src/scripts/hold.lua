@@ -1,25 +1,33 @@
 -- Giving back one hold of a lock key: prepended, after layout.lua, to the
 -- scripts that do (release, handoff).
 
--- Gives back the hold `id` of owner `token` on lock `key`, owner-checked.
--- Returns 0 when the hold was not there (expired, released, or another
--- owner's), 1 when it was the last hold and the key is deleted, 2 when the
--- owner's other holds keep the key; and whether a waiter marked the key.
-local function quorumlock_give_back(key, token, id)
+-- Gives back `hold` ("<owner token> <entry id>") on lock `key`,
+-- owner-checked. Returns 0 when the hold was not there (expired, released,
+-- or another owner's), 1 when it was the last hold and the key is deleted,
+-- 2 when the owner's other holds keep the key; and whether a waiter marked
+-- the key.
+local function quorumlock_give_back(key, hold)
   local v = redis.pcall('GET', key)
   if not v then
     return 0, false
   elseif type(v) == 'string' then
     -- One hold: ours only if it is exactly this one.
-    local hold = token .. ' ' .. id
-    if v == hold or v == hold .. ' w' then
+    if v == hold then
       redis.call('DEL', key)
-      return 1, v ~= hold
+      return 1, false
+    elseif v == hold .. ' w' then
+      redis.call('DEL', key)
+      return 1, true
     end
     if not quorumlock_parse(v) then
       -- Someone else's data: fails as any other type does.
       redis.call('HGET', key, 'owner')
     end
+    return 0, false
+  end
+  local token, id = string.match(hold, '^(%S+) (%S+)$')
+  if not token then
+    -- No hold at all (a call that only leaves the queues).
     return 0, false
   end
   local found = redis.call('HMGET', key, 'owner', id, 'waiters')

@@ -9,6 +9,29 @@
 -- one field per hold (its entry id, value 1), and `waiters` = 1 once
 -- marked; the hold count is the rest. A string in neither form, or a key
 -- of another type, is someone else's data: never overwritten.
+--
+-- The keys beside a lock key are named after it, as keys.rs names them:
+-- its fencing counter, its waiter queue and the queue's leases. The
+-- acquire and release scripts (the hot path, alone or in a batch) take
+-- only the lock keys and name the rest here: every argument a call sends
+-- costs the server more than naming a key in the script (three of an
+-- acquire's four keys and two of a release's three were about a tenth of
+-- a batch's server time, measured with callgrind). Redis asks scripts to
+-- declare every key so that a cluster can route them; quorumlock's nodes
+-- are independent masters, never a Redis Cluster (whose slots a lock key
+-- and its counter would not share anyway).
+
+local function quorumlock_fence_of(key)
+  return 'quorumlock:fence:' .. key
+end
+
+local function quorumlock_queue_of(key)
+  return 'quorumlock:queue:' .. key
+end
+
+local function quorumlock_leases_of(key)
+  return 'quorumlock:leases:' .. key
+end
 
 -- The owner, the entry and whether it is marked, of lock string `v`;
 -- nil when `v` is not one.

@@ -1,11 +1,14 @@
 -- Give back one hold on every lock key of a guard, owner-checked.
--- KEYS[1..m] lock keys, KEYS[m+1..2m] their waiter queues, KEYS[2m+1..3m]
--- the queues' leases (queue.lua).
--- (Read as KEYS[ko + i] and ARGV[ao + i], nk keys: a call's own, also in
--- a batch, whose calls share KEYS and ARGV; see batch.lua.)
--- ARGV[1] owner token, ARGV[2] the hold's entry id, ARGV[3] the queue id
--- whose places this release gives up ('' none: a rollback's waiter still
--- waits).
+-- KEYS[ko + 1 .. ko + m] the lock keys; each one's waiter queue and the
+-- queue's leases are named after it (layout.lua).
+-- Its kind: 'r' gives back the hold; 'l' also `leaves`: gives up the
+-- places of a queue id in the keys' waiter queues (a guard's release: a
+-- rollback's waiter still waits).
+-- ARGV[ao + 1] the hold, "<owner token> <entry id>" (a call that only
+-- leaves the queues sends one that holds nothing); for 'l' only: ARGV[ao
+-- + 2] the queue id.
+-- (A call's own keys and arguments, read in place also in a batch, whose
+-- calls share KEYS and ARGV; see batch.lua.)
 -- A key whose last hold goes is deleted, and if a waiter marked it (one
 -- that found it held, or the queue it was taken past: see acquire.lua) the
 -- node announces that it is free (quorumlock_announce): to the lock service
@@ -17,19 +20,21 @@
 -- owner's); 1 the hold is gone and every key of it was deleted; 3 the
 -- same, and some waiter was told (a key was marked); 2 the hold is gone
 -- but the owner's other holds keep some key (re-entry).
-local m = nk / 3
-if ARGV[ao + 3] ~= '' then
+if leaves then
   for i = 1, m do
-    quorumlock_dequeue(KEYS[ko + m + i], KEYS[ko + 2 * m + i], ARGV[ao + 3])
+    local key = KEYS[ko + i]
+    quorumlock_dequeue(quorumlock_queue_of(key), quorumlock_leases_of(key), ARGV[ao + 2])
   end
 end
+local hold = ARGV[ao + 1]
 local result = 0
 for i = 1, m do
-  local given, marked = quorumlock_give_back(KEYS[ko + i], ARGV[ao + 1], ARGV[ao + 2])
+  local key = KEYS[ko + i]
+  local given, marked = quorumlock_give_back(key, hold)
   if given == 1 then
     -- Ours was the last hold.
     if marked then
-      quorumlock_announce(KEYS[ko + i], quorumlock_head(KEYS[ko + m + i], KEYS[ko + 2 * m + i]))
+      quorumlock_announce(key, quorumlock_head(quorumlock_queue_of(key), quorumlock_leases_of(key)))
       if result ~= 2 then result = 3 end
     elseif result == 0 then
       result = 1

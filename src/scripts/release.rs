@@ -20,6 +20,27 @@ pub(crate) struct Release {
     pub(crate) leave: bool,
 }
 
+impl Release {
+    /// Its kind (`release.lua`): `l` also leaves the ticket's places in
+    /// the waiter queues, `r` only gives back the hold.
+    pub(crate) fn kind(&self) -> &'static str {
+        if self.leaves() { "l" } else { "r" }
+    }
+
+    fn leaves(&self) -> bool {
+        self.leave && self.entry.ticket.is_some()
+    }
+
+    /// Its arguments after the kind: the hold, and the queue id whose
+    /// places it gives up when it leaves them.
+    pub(crate) fn kind_args(&self, out: &mut Args<'_>) {
+        out.arg(&*self.entry.hold);
+        if self.leaves() {
+            out.arg(queue_id(&self.entry, true));
+        }
+    }
+}
+
 impl Call for Release {
     fn script(&self) -> &'static Script {
         &SCRIPT
@@ -29,17 +50,15 @@ impl Call for Release {
         false
     }
 
-    /// The lock keys, their waiter queues and the queues' leases.
+    /// The lock keys (the script names their queues).
     fn keys(&self, out: &mut Args<'_>) {
-        out.names(&self.entry.keys).each(self.entry.keys.queues());
+        out.names(&self.entry.keys);
     }
 
-    /// Token, entry id, and the queue id whose places it gives up.
+    /// The kind, then its arguments.
     fn args(&self, out: &mut Args<'_>) {
-        let entry = &self.entry;
-        out.arg(&*entry.token)
-            .arg(&*entry.id)
-            .arg(queue_id(entry, self.leave));
+        out.arg(self.kind());
+        self.kind_args(out);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Each script's text as it is sent: its own `.lua` after the shared parts
 //! it calls, each defined once (`clock.lua` the server's clock, `epoch.lua`
 //! a vote's epoch check, `queue.lua` the waiter queues, `layout.lua` the
-//! lock keys' two forms, `hold.lua` giving back one hold).
+//! lock keys' two forms and the keys named after them, `hold.lua` giving
+//! back one hold, `won.lua` a won acquire's reply).
 //! A file of constants only, so that the tests include it as it is
 //! (`#[path]`) and look for the very scripts the library sends.
 
@@ -11,8 +12,11 @@ pub(crate) const ACQUIRE: &str = concat!(
     include_str!("epoch.lua"),
     include_str!("queue.lua"),
     include_str!("layout.lua"),
-    // Its own keys and arguments, the vote's last two (epoch.lua) not counted.
-    "local ko, nk, ao, na = 0, #KEYS, 0, #ARGV - 2\n",
+    include_str!("won.lua"),
+    // Its own keys (the epoch marker not counted) and kind (in capitals
+    // when it reads the fencing counters), its arguments after the kind.
+    "local ko, m, ao, kind = 0, #KEYS - 1, 1, string.lower(ARGV[1])\n",
+    "local waits, queues, reads = kind ~= 'a', kind == 'q', kind ~= ARGV[1]\n",
     include_str!("acquire.lua")
 );
 
@@ -22,7 +26,7 @@ pub(crate) const RELEASE: &str = concat!(
     include_str!("queue.lua"),
     include_str!("layout.lua"),
     include_str!("hold.lua"),
-    "local ko, nk, ao, na = 0, #KEYS, 0, #ARGV\n",
+    "local ko, m, ao, leaves = 0, #KEYS, 1, ARGV[1] == 'l'\n",
     include_str!("release.lua")
 );
 
@@ -33,9 +37,10 @@ pub(crate) const BATCH: &str = concat!(
     include_str!("queue.lua"),
     include_str!("layout.lua"),
     include_str!("hold.lua"),
-    "local function quorumlock_acquire(ko, nk, ao, na)\n",
+    include_str!("won.lua"),
+    "local function quorumlock_acquire(ko, m, ao, waits, queues, reads)\n",
     include_str!("acquire.lua"),
-    "end\nlocal function quorumlock_release(ko, nk, ao, na)\n",
+    "end\nlocal function quorumlock_release(ko, m, ao, leaves)\n",
     include_str!("release.lua"),
     "end\n",
     include_str!("batch.lua")

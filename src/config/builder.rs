@@ -575,22 +575,8 @@ impl LockConfigBuilder {
         let node_timeout = self
             .node_timeout
             .unwrap_or_else(|| LockConfig::DEFAULT_NODE_TIMEOUT.min(ttl / 10));
-        let connect_timeout = self
-            .connect_timeout
-            .unwrap_or(LockConfig::DEFAULT_CONNECT_TIMEOUT);
-        if connect_timeout.is_zero() {
-            return Err(ConfigError::ConnectTimeoutZero {
-                value: connect_timeout,
-            });
-        }
-        let drift_factor = self
-            .drift_factor
-            .unwrap_or(LockConfig::DEFAULT_DRIFT_FACTOR);
-        if !(drift_factor.is_finite() && (0.0..1.0).contains(&drift_factor)) {
-            return Err(ConfigError::DriftFactorOutOfRange {
-                value: drift_factor,
-            });
-        }
+        let connect_timeout = connect_timeout(self.connect_timeout)?;
+        let drift_factor = drift_factor(self.drift_factor)?;
         let min_validity = self.min_validity.unwrap_or(ttl / 10);
         check_ttl_with(ttl, node_timeout, drift_factor, min_validity)?;
         self.retry.validate()?;
@@ -642,6 +628,24 @@ impl LockConfigBuilder {
             quarantine,
         })
     }
+}
+
+/// The connect timeout set, or the default; never zero.
+fn connect_timeout(set: Option<Duration>) -> Result<Duration, ConfigError> {
+    let value = set.unwrap_or(LockConfig::DEFAULT_CONNECT_TIMEOUT);
+    if value.is_zero() {
+        return Err(ConfigError::ConnectTimeoutZero { value });
+    }
+    Ok(value)
+}
+
+/// The drift factor set, or the default; finite, in [0, 1).
+fn drift_factor(set: Option<f64>) -> Result<f64, ConfigError> {
+    let value = set.unwrap_or(LockConfig::DEFAULT_DRIFT_FACTOR);
+    if !(value.is_finite() && (0.0..1.0).contains(&value)) {
+        return Err(ConfigError::DriftFactorOutOfRange { value });
+    }
+    Ok(value)
 }
 
 /// Checks a TTL passed at run time (e.g. to `extend`) against the lock's

@@ -37,7 +37,8 @@
 //! `QL_PEERS_CLIENTS=quorumlock` only those clients (for an A/B or a
 //! profile: a missing client's figures print as NaN);
 //! `QL_PEERS_COMMANDSTATS=1` prints each command's calls and µs inside the
-//! servers per S2 operation (where the server CPU goes).
+//! servers per S2 operation and per s3sep acquisition (where the server
+//! CPU goes).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -487,7 +488,7 @@ fn main() {
             let rate = throughput(client, 32, window).await;
             let ops = rate * window.as_secs_f64();
             if breakdown {
-                print_command_stats(client.name(), &urls, ops).await;
+                print_command_stats(client.name(), "S2", &urls, ops).await;
             }
             row.set("S2 ops/s", rate);
             row.set(
@@ -505,16 +506,23 @@ fn main() {
     }
     for kind in kinds.iter().filter(|_| want("s3sep")) {
         eprintln!("{kind}: s3sep");
-        let before = children_cpu() + server_cpu(&server_pids);
+        let breakdown = std::env::var("QL_PEERS_COMMANDSTATS").is_ok();
+        if breakdown {
+            runtime.block_on(reset_command_stats(&urls));
+        }
+        let before = (children_cpu(), server_cpu(&server_pids));
         let (rate, counts) = contention_separate(kind, &urls, window);
-        let cpu = children_cpu() + server_cpu(&server_pids) - before;
+        let workers = children_cpu() - before.0;
+        let servers = server_cpu(&server_pids) - before.1;
+        let acquisitions = rate * window.as_secs_f64();
+        if breakdown {
+            runtime.block_on(print_command_stats(kind, "s3sep", &urls, acquisitions));
+        }
         let row = rows.entry(kind).or_default();
         row.set("s3sep acq/s", rate);
         row.set("s3sep max/min", max_over_min(&counts));
-        row.set(
-            "s3sep CPU µs/acq",
-            micros(cpu) / (rate * window.as_secs_f64()),
-        );
+        row.set("s3sep CPU µs/acq", micros(workers + servers) / acquisitions);
+        row.set("s3sep server CPU µs/acq", micros(servers) / acquisitions);
     }
     if want("S6") {
         s6(&runtime, &testbed, &kinds, &mut rows);
@@ -699,8 +707,8 @@ fn stat_ticks(pid: &str, fields: [usize; 2]) -> Duration {
 }
 
 /// `QL_PEERS_COMMANDSTATS=1`: zeroes every node's `INFO commandstats`
-/// before S2, so that [`print_command_stats`] shows where S2's server time
-/// goes.
+/// before S2 and s3sep, so that [`print_command_stats`] shows where their
+/// server time goes.
 async fn reset_command_stats(urls: &[String]) {
     for url in urls {
         let mut c = connect(url).await;
@@ -716,7 +724,7 @@ async fn reset_command_stats(urls: &[String]) {
 /// Redis per S2 operation (acquire + release): what the servers' CPU time
 /// beyond the commands' own is (reading, parsing, replying) shows beside
 /// the S2 server CPU figure.
-async fn print_command_stats(client: &str, urls: &[String], ops: f64) {
+async fn print_command_stats(client: &str, scenario: &str, urls: &[String], ops: f64) {
     let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for url in urls {
         let mut c = connect(url).await;
@@ -740,7 +748,7 @@ async fn print_command_stats(client: &str, urls: &[String], ops: f64) {
     }
     for (name, (calls, usec)) in totals {
         eprintln!(
-            "{client} S2 {name}: {:.2} calls/op, {:.2} µs/op",
+            "{client} {scenario} {name}: {:.2} calls/op, {:.2} µs/op",
             calls / ops,
             usec / ops
         );

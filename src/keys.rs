@@ -128,11 +128,15 @@ pub(crate) fn check_primitive_name(name: &str, what: &'static str) -> Result<(),
 /// node gets them in this order, in one script call.
 pub(crate) struct KeySet {
     names: Box<[Arc<str>]>,
-    fences: Box<[String]>,
-    /// Each name's waiter queue, then each queue's leases.
-    queues: Box<[String]>,
-    /// Each name's force-release marker, made on first use: only renewals
-    /// and fencing raises name them, so an acquire never pays for them.
+    /// The keys beside the names, each list made on first use: the
+    /// acquire and release scripts name them themselves (`layout.lua`),
+    /// so an acquire and its release never pay for them. Each name's
+    /// fencing counter (read and raised by the fencing scripts, taken
+    /// over by a handoff):
+    fences: OnceLock<Box<[String]>>,
+    /// each name's waiter queue, then each queue's leases (a handoff):
+    queues: OnceLock<Box<[String]>>,
+    /// each name's force-release marker (renewals and fencing raises).
     forced: OnceLock<Box<[String]>>,
 }
 
@@ -164,16 +168,10 @@ impl KeySet {
                          the node timeout; lock larger sets in parts, in a fixed order",
             });
         }
-        let fences = names.iter().map(|n| fence_key(n)).collect();
-        let queues = names
-            .iter()
-            .map(|n| queue_key(n))
-            .chain(names.iter().map(|n| queue_leases_key(n)))
-            .collect();
         Ok(Arc::new(KeySet {
             names: names.into_boxed_slice(),
-            fences,
-            queues,
+            fences: OnceLock::new(),
+            queues: OnceLock::new(),
             forced: OnceLock::new(),
         }))
     }
@@ -190,7 +188,8 @@ impl KeySet {
 
     /// The fencing counter key of each name, in the same order.
     pub(crate) fn fences(&self) -> &[String] {
-        &self.fences
+        self.fences
+            .get_or_init(|| self.names.iter().map(|n| fence_key(n)).collect())
     }
 
     /// Each name's force-release marker ([`forced_key`]), in the same order.
@@ -201,7 +200,12 @@ impl KeySet {
 
     /// Each name's waiter queue, then each queue's leases.
     pub(crate) fn queues(&self) -> &[String] {
-        &self.queues
+        self.queues.get_or_init(|| {
+            let queues = self.names.iter().map(|n| queue_key(n));
+            queues
+                .chain(self.names.iter().map(|n| queue_leases_key(n)))
+                .collect()
+        })
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -102,8 +102,9 @@ end
 -- Free, or ours (re-entry, never queued): ours if nobody waits ahead.
 local queued = {}
 for i = 1, m do
-  local q, leases = queue(i)
-  if fresh[i] and redis.call('EXISTS', q) == 1 then
+  local q = fresh[i] and quorumlock_queue_of(KEYS[ko + i])
+  if q and redis.call('EXISTS', q) == 1 then
+    local leases = quorumlock_leases_of(KEYS[ko + i])
     queued[i] = true
     if me ~= '' then
       quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]))

@@ -689,38 +689,23 @@ fn print(report: &Report) -> bool {
             None => "-".into(),
         }),
     );
+    let per_acq =
+        |x: &Outcome, n: u64| format!("{:.2}", n as f64 / x.counts.acquired.max(1) as f64);
     row(
         &mut table,
         "attempts per acquisition",
-        o.iter().map(|x| {
-            format!(
-                "{:.2}",
-                x.counts.attempts as f64 / x.counts.acquired.max(1) as f64
-            )
-        }),
+        o.iter().map(|x| per_acq(x, x.counts.attempts)),
     );
     row(
         &mut table,
         "stats: contended / acquisition",
-        o.iter().map(|x| {
-            format!(
-                "{:.2}",
-                x.counts.contended as f64 / x.counts.acquired.max(1) as f64
-            )
-        }),
+        o.iter().map(|x| per_acq(x, x.counts.contended)),
     );
     row(
         &mut table,
         "stats: woken / acquisition",
-        o.iter().map(|x| {
-            format!(
-                "{:.2}",
-                x.counts.woken as f64 / x.counts.acquired.max(1) as f64
-            )
-        }),
+        o.iter().map(|x| per_acq(x, x.counts.woken)),
     );
-    let per_acq =
-        |x: &Outcome, n: u64| format!("{:.2}", n as f64 / x.counts.acquired.max(1) as f64);
     row(
         &mut table,
         "stats: wake_notices / acquisition",

@@ -825,3 +825,45 @@ fn release_in_background(held: HeldLock, what: &'static str) -> bool {
         tracing::debug!(key = %lease.name, released = report.released, "{what}");
     })
 }
+
+/// What every guard of a primitive built on slots (a semaphore's
+/// [`Permit`](crate::Permit), a read-write lock's
+/// [`ReadGuard`](crate::ReadGuard) and [`WriteGuard`](crate::WriteGuard))
+/// shares: it derefs to the [`LockGuard`] of its slots (a field `guard`),
+/// gives them back, or hands that guard over. `$what`: what it gives back;
+/// `$held`: whose lock guard it hands over.
+macro_rules! slot_guard {
+    ($guard:ident, gives_back: $what:literal, hands_over: $held:literal) => {
+        impl std::ops::Deref for $guard {
+            type Target = $crate::guard::LockGuard;
+
+            fn deref(&self) -> &$crate::guard::LockGuard {
+                &self.guard
+            }
+        }
+
+        impl std::ops::DerefMut for $guard {
+            fn deref_mut(&mut self) -> &mut $crate::guard::LockGuard {
+                &mut self.guard
+            }
+        }
+
+        impl $guard {
+            #[doc = concat!("Gives ", $what, " back, as [`LockGuard::release`](crate::LockGuard::release).")]
+            ///
+            /// # Cancel safety
+            ///
+            /// As for [`LockGuard::release`](crate::LockGuard::release): a
+            /// started release always completes.
+            pub async fn release(self) -> $crate::release::ReleaseReport {
+                self.guard.release().await
+            }
+
+            #[doc = concat!("The lock guard of ", $held, " itself.")]
+            pub fn into_guard(self) -> $crate::guard::LockGuard {
+                self.guard
+            }
+        }
+    };
+}
+pub(crate) use slot_guard;

@@ -5,7 +5,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,6 @@ use crate::error::Error;
 use crate::guard::{HeldLock, LockGuard};
 use crate::keys::{RW_PREFIX, check_primitive_name, slot_name};
 use crate::lock::{MultiLock, run_holding};
-use crate::release::ReleaseReport;
 use crate::wait::Wait;
 
 /// A read-write lock over N independent Redis masters: many readers or
@@ -383,33 +381,8 @@ impl fmt::Debug for WriteGuard {
     }
 }
 
-impl Deref for ReadGuard {
-    type Target = LockGuard;
-
-    fn deref(&self) -> &LockGuard {
-        &self.guard
-    }
-}
-
-impl DerefMut for ReadGuard {
-    fn deref_mut(&mut self) -> &mut LockGuard {
-        &mut self.guard
-    }
-}
-
-impl Deref for WriteGuard {
-    type Target = LockGuard;
-
-    fn deref(&self) -> &LockGuard {
-        &self.guard
-    }
-}
-
-impl DerefMut for WriteGuard {
-    fn deref_mut(&mut self) -> &mut LockGuard {
-        &mut self.guard
-    }
-}
+crate::guard::slot_guard!(ReadGuard, gives_back: "the read side", hands_over: "the reader slot");
+crate::guard::slot_guard!(WriteGuard, gives_back: "the write side", hands_over: "every reader slot");
 
 impl ReadGuard {
     /// The lock's name.
@@ -421,37 +394,11 @@ impl ReadGuard {
     pub fn slot(&self) -> u32 {
         self.slot
     }
-
-    /// Gives the read side back, as [`LockGuard::release`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`LockGuard::release`]: a started release always completes.
-    pub async fn release(self) -> ReleaseReport {
-        self.guard.release().await
-    }
-    /// The reader slot's lock guard itself.
-    pub fn into_guard(self) -> LockGuard {
-        self.guard
-    }
 }
 
 impl WriteGuard {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Gives the write side back, as [`LockGuard::release`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`LockGuard::release`]: a started release always completes.
-    pub async fn release(self) -> ReleaseReport {
-        self.guard.release().await
-    }
-    /// The lock guard of every reader slot itself.
-    pub fn into_guard(self) -> LockGuard {
-        self.guard
     }
 }

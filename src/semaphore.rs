@@ -5,7 +5,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use crate::any_of::{self, AnyOf, Sweepers};
@@ -14,7 +13,6 @@ use crate::error::Error;
 use crate::guard::{HeldLock, LockGuard};
 use crate::keys::{PERMIT_PREFIX, check_primitive_name, slot_name};
 use crate::lock::{MultiLock, run_holding};
-use crate::release::ReleaseReport;
 use crate::wait::Wait;
 
 /// A counting semaphore over N independent Redis masters: at most K
@@ -349,19 +347,7 @@ impl fmt::Debug for Permit {
     }
 }
 
-impl Deref for Permit {
-    type Target = LockGuard;
-
-    fn deref(&self) -> &LockGuard {
-        &self.guard
-    }
-}
-
-impl DerefMut for Permit {
-    fn deref_mut(&mut self) -> &mut LockGuard {
-        &mut self.guard
-    }
-}
+crate::guard::slot_guard!(Permit, gives_back: "the permit", hands_over: "the slot");
 
 impl Permit {
     /// The semaphore's name.
@@ -373,19 +359,5 @@ impl Permit {
     /// taken with).
     pub fn slot(&self) -> u32 {
         self.slot
-    }
-
-    /// Gives the permit back, as [`LockGuard::release`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As for [`LockGuard::release`]: a started release always completes.
-    pub async fn release(self) -> ReleaseReport {
-        self.guard.release().await
-    }
-
-    /// The slot's lock guard itself.
-    pub fn into_guard(self) -> LockGuard {
-        self.guard
     }
 }

@@ -34,9 +34,10 @@ pub(crate) async fn acquire(
 ) -> Result<LockGuard, Error> {
     let config = &services.core.config;
     request.waits = wait.is_some() && config.wake_ups;
-    // A waiter of a fair lock service also queues for the name: a free
-    // name goes to the longest waiting call first.
-    request.ticket = (request.waits && config.fair).then(|| services.wake.ticket());
+    // A waiter queues for the name: its release is announced to the
+    // longest waiting call alone, not to a herd. A fair lock service's
+    // places also refuse the name to the waiters behind them.
+    request.ticket = request.waits.then(|| services.wake.ticket(config.fair));
     let span = tracing::debug_span!(
         "acquire",
         key = %request.keys,

@@ -329,23 +329,46 @@ impl Reached {
 pub(crate) struct Ticket {
     /// `<lock service>.<acquire call>`, both random: the waiters of one
     /// lock service take turns among themselves, and the scripts let any
-    /// of them take a name one of them is first in line for.
+    /// of them take a name one of them is first in line for. A place that
+    /// refuses nobody (a waiter of a lock service that is not fair) ends
+    /// in [`REFUSES_NOBODY`].
     pub(crate) id: Arc<str>,
     /// When the call began: µs since the Unix epoch by this process's
-    /// clock (earlier tickets go first).
+    /// clock (earlier tickets go first); for a place that refuses nobody,
+    /// plus [`NOT_FAIR_AFTER`], so that it queues behind every fair one.
     pub(crate) score: u64,
 }
 
+/// The end of the queue id of a place that refuses nobody
+/// (`scripts/queue.lua`: `quorumlock_refuses`). A random call id is hex,
+/// so no fair place ends in it.
+pub(crate) const REFUSES_NOBODY: &str = ".n";
+
+/// What the score of a place that refuses nobody adds to its call's start:
+/// about 127 years of µs, so that it sorts after every fair place while a
+/// score stays below 2^53, which the nodes' scores (doubles) keep exact.
+pub(crate) const NOT_FAIR_AFTER: u64 = 4_000_000_000_000_000;
+
 impl Ticket {
     /// A ticket for an acquire call of lock service `service` beginning
-    /// now.
-    pub(crate) fn now(service: &str) -> Ticket {
-        let score = std::time::SystemTime::now()
+    /// now. `fair`: its places refuse the name to the waiters behind it;
+    /// otherwise they only ask for the release notice, and queue behind
+    /// every fair place.
+    pub(crate) fn now(service: &str, fair: bool) -> Ticket {
+        let micros = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        Ticket {
-            id: Arc::from(format!("{service}.{:016x}", rand::random::<u64>())),
-            score,
+        let call = rand::random::<u64>();
+        if fair {
+            Ticket {
+                id: Arc::from(format!("{service}.{call:016x}")),
+                score: micros,
+            }
+        } else {
+            Ticket {
+                id: Arc::from(format!("{service}.{call:016x}{REFUSES_NOBODY}")),
+                score: micros.saturating_add(NOT_FAIR_AFTER),
+            }
         }
     }
 }
@@ -353,6 +376,23 @@ impl Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A place that refuses nobody sorts after every fair place, its score
+    /// stays exact as the nodes' double, and only its id ends in
+    /// [`REFUSES_NOBODY`].
+    #[test]
+    fn places_that_refuse_nobody_queue_behind_every_fair_place() {
+        let fair = Ticket::now("s", true);
+        let not_fair = Ticket::now("s", false);
+        assert!(!fair.id.ends_with(REFUSES_NOBODY));
+        assert!(not_fair.id.ends_with(REFUSES_NOBODY));
+        assert!(not_fair.id.starts_with("s."));
+        // A fair call begun a century later still goes first.
+        let century = 100 * 365 * 24 * 3_600 * 1_000_000_u64;
+        assert!(fair.score + century < not_fair.score);
+        assert!(not_fair.score < 1 << 53);
+        assert_eq!(not_fair.score as f64 as u64, not_fair.score);
+    }
 
     #[test]
     fn at_most_max_names_distinct_names() {

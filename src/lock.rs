@@ -472,9 +472,11 @@ impl MultiLock {
     /// release on any node wakes it at once; otherwise, or if the notice
     /// is lost, it sleeps for the holder's remaining TTL or the jittered
     /// backoff of the [`RetryPolicy`](crate::RetryPolicy), whichever is
-    /// shorter. See [`crate::wake`]. In a
-    /// [fair](crate::LockConfigBuilder::fair) lock service it also queues
-    /// for the name across processes and gets it in turn.
+    /// shorter. It takes a place in the name's waiter queues, so that a
+    /// release wakes the longest waiting call alone. See [`crate::wake`].
+    /// In a [fair](crate::LockConfigBuilder::fair) lock service its place
+    /// also refuses the name to the waiters behind it: it gets the name in
+    /// turn.
     ///
     /// ```
     /// # #[tokio::main]
@@ -500,9 +502,9 @@ impl MultiLock {
     ///
     /// As for [`try_acquire`](Self::try_acquire). A wait dropped while it
     /// queues or sleeps leaves the queue and withdraws its handoff offer; a
-    /// handoff already under way for it is rolled back by the releaser. A
-    /// fair waiter's places in the nodes' waiter queues are given up by a
-    /// background task (or lapse, without a runtime).
+    /// handoff already under way for it is rolled back by the releaser. Its
+    /// places in the nodes' waiter queues are given up by a background task
+    /// (or lapse, without a runtime).
     pub async fn acquire(&self, key: &str, wait: Wait) -> Result<LockGuard, Error> {
         call::acquire(
             &self.services,

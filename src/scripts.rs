@@ -234,4 +234,17 @@ mod tests {
             assert!(layout.contains(&expected), "layout.lua lacks {expected}");
         }
     }
+
+    /// `queue.lua` knows a place that refuses nobody by the end `keys.rs`
+    /// gives its id.
+    #[test]
+    fn the_scripts_know_a_place_that_refuses_nobody_as_the_client_writes_it() {
+        use crate::keys::REFUSES_NOBODY;
+        let queue = include_str!("scripts/queue.lua");
+        let expected = format!(
+            "string.sub(id, -{}) ~= '{REFUSES_NOBODY}'",
+            REFUSES_NOBODY.len()
+        );
+        assert!(queue.contains(&expected), "queue.lua lacks {expected}");
+    }
 }

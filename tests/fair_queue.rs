@@ -2,7 +2,8 @@
 //! acquire call that has waited longest, across lock services (processes),
 //! not to whoever asks first after the release; a call that stops waiting
 //! gives its place up, the place of one that vanished lapses, and every
-//! client honours the queues.
+//! client honours the queues. The waiters of other lock services queue
+//! too, for the release notice only: their places refuse nobody.
 
 mod common;
 
@@ -66,23 +67,31 @@ fn server_ms(node: &RedisNode) -> u64 {
     secs * 1000 + micros / 1000
 }
 
-/// A fair lock service whose waiters only a release notice wakes within
-/// the bounds here.
-fn slow_polling_lock(testbed: &Testbed) -> MultiLock {
-    common::lock_with(testbed, |b| common::slow_polling(b).fair(true))
-}
-
 fn fair_lock(testbed: &Testbed) -> MultiLock {
     common::lock_with(testbed, |b| b.fair(true))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_other_lock_services_get_a_free_name_in_arrival_order() {
+    arrival_order(true).await;
+}
+
+/// Waiters that are not fair queue too, for the notices: a release wakes
+/// the longest waiting one alone, not every waiter of the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_are_not_fair_are_told_in_arrival_order() {
+    arrival_order(false).await;
+}
+
+/// Two waiters of other lock services (`fair` or not) queue for a held
+/// name; each release wakes the first in line alone.
+async fn arrival_order(fair: bool) {
     let testbed = Testbed::start(3).expect("testbed");
     // The holder holds every node: each has a release to announce.
     let holder_lock = common::every_node_lock(&testbed).await;
-    let first_lock = common::connected(slow_polling_lock(&testbed)).await;
-    let second_lock = common::connected(slow_polling_lock(&testbed)).await;
+    let slow_polling = || common::lock_with(&testbed, |b| common::slow_polling(b).fair(fair));
+    let first_lock = common::connected(slow_polling()).await;
+    let second_lock = common::connected(slow_polling()).await;
     let holder = holder_lock.try_acquire("job").await.expect("free");
 
     let first = common::spawn_waiter(&first_lock, "job");
@@ -209,17 +218,92 @@ async fn a_waiter_that_gives_up_or_is_dropped_leaves_the_queue() {
         .await;
 }
 
+/// The places of all of "job"'s waiters on `node`, first in line first.
+fn places_on(node: &RedisNode) -> Vec<String> {
+    let mut conn = node.connection().expect("inspect node");
+    redis::cmd("ZRANGE")
+        .arg(QUEUE)
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .expect("ZRANGE")
+}
+
+/// A place in "job"'s queue on every node, as a fair waiter of another
+/// process would take it, for a minute.
+fn plant_fair_place(testbed: &Testbed, id: &str) {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as u64;
+    for node in testbed.nodes() {
+        let lapses = server_ms(node) + 60_000;
+        let mut conn = node.connection().expect("plant a place");
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg(QUEUE)
+            .arg(micros)
+            .arg(id)
+            .ignore()
+            .cmd("HSET")
+            .arg(LEASES)
+            .arg(id)
+            .arg(lapses)
+            .ignore()
+            .query(&mut conn)
+            .expect("planted");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_of_a_lock_service_that_is_not_fair_take_no_place() {
+async fn the_places_of_waiters_that_are_not_fair_refuse_nobody_and_queue_behind_fair_ones() {
     let testbed = Testbed::start(3).expect("testbed");
-    let holder = held_everywhere(&testbed).await;
-    let lock = common::lock(&testbed);
-    gives_up(&lock).await;
-    assert!(
-        testbed.nodes().iter().all(|n| queued_on(n) == 0),
-        "no place taken"
-    );
-    holder.release().await;
+    let fair_place = "feedfeedfeedfeed.0000000000000001";
+    plant_fair_place(&testbed, fair_place);
+    let waiting_lock = common::connected(common::lock_with(&testbed, common::slow_polling)).await;
+    let waiter = common::spawn_waiter(&waiting_lock, "job");
+    wait_queued(&testbed, 2, "the waiter to queue behind the fair place").await;
+    for node in testbed.nodes() {
+        let places = places_on(node);
+        assert_eq!(places[0], fair_place, "the fair place goes first");
+        assert!(places[1].ends_with(".n"), "{places:?}");
+    }
+
+    // The fair place refuses the free name to everyone behind it.
+    let other = common::lock(&testbed);
+    match other.try_acquire("job").await {
+        Err(Error::Contended { nodes, .. }) => {
+            let ahead = nodes
+                .iter()
+                .filter(|r| r.outcome == NodeOutcome::WaitersAhead)
+                .count();
+            assert!(ahead >= 2, "refused by a majority: {nodes:?}");
+        }
+        refused => panic!("refused to the fair place's waiter, not {refused:?}"),
+    }
+
+    // Without it, the first place refuses nobody: another lock service
+    // takes the name past the waiter, and its release wakes the waiter.
+    for node in testbed.nodes() {
+        let mut conn = node.connection().expect("drop the place");
+        let _: () = redis::pipe()
+            .cmd("ZREM")
+            .arg(QUEUE)
+            .arg(fair_place)
+            .ignore()
+            .cmd("HDEL")
+            .arg(LEASES)
+            .arg(fair_place)
+            .ignore()
+            .query(&mut conn)
+            .expect("dropped");
+    }
+    let barged = other.try_acquire("job").await.expect("refused by nobody");
+    assert!(!waiter.is_finished(), "the waiter waits on");
+    barged.release().await;
+    let guard = common::woken_by_notice(waiter).await;
+    guard.release().await;
+    wait_queued(&testbed, 0, "every place to be given up").await;
 }
 
 #[test]

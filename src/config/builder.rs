@@ -353,11 +353,14 @@ impl LockConfigBuilder {
     /// served (default off). A waiting acquire takes a place in the name's
     /// waiter queue on each node that refuses it, ordered by when the call
     /// began; a free name then goes only to the first waiter in line, and
-    /// its release notice wakes that waiter alone. Without it, the waiter
-    /// whose attempt reaches the nodes first wins; a process that released
-    /// a name another process waits for steps aside for a moment so that
-    /// it does not win every time (see [`wake_ups`](Self::wake_ups)), but
-    /// there is no order among the waiters.
+    /// its release notice wakes that waiter alone. Without it, waiters
+    /// queue too, but only for the notice: a release wakes the longest
+    /// waiting one alone, which nearly always takes the name, yet their
+    /// places refuse nobody (they queue behind every fair place), so a
+    /// caller that asks just after a release may take the name first. A
+    /// process that released a name another process waits for steps aside
+    /// for a moment so that it does not win every time (see
+    /// [`wake_ups`](Self::wake_ups)).
     ///
     /// Every client honours the queues, fair or not: a name some fair
     /// waiter queues for is refused to the others

@@ -4,7 +4,8 @@
 -- (layout.lua). Alone, the script's last key is the epoch marker
 -- (epoch.lua); a batch's one marker follows every call's keys.
 -- Its kind: 'a' takes the keys; 'w' also `waits` for a release notice;
--- 'q' also `queues` (a fair lock service; it waits too). In capitals, it
+-- 'q' also `queues` (it waits too; its place refuses the waiters behind
+-- it only for a fair lock service: queue.lua). In capitals, it
 -- `reads` the fencing counters: a won call's reply carries them (won.lua).
 -- ARGV[ao + 1] the hold, "<owner token> <entry id>"; ARGV[ao + 2] the TTL
 -- in ms; for 'q' only: ARGV[ao + 3] its queue id, ARGV[ao + 4] its ticket,
@@ -26,9 +27,10 @@
 -- at the queue).
 --
 -- A free key is taken only by the queue's first waiter (or another waiter
--- of its lock service, whose waiters take turns), or by anyone when nobody
--- is queued: a waiter is not overtaken by later ones, nor by the holder
--- that just released (fairness across processes).
+-- of its lock service, whose waiters take turns), or by anyone when no
+-- fair waiter is queued (the places of the others refuse nobody): a fair
+-- waiter is not overtaken by later ones, nor by the holder that just
+-- released (fairness across processes).
 --
 -- Reply: {1, c1, f1, ..., cm, fm} when we hold every key now, 1 when it
 --        does not read the counters (won.lua);
@@ -110,7 +112,8 @@ for i = 1, m do
       quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]))
     end
     local first = quorumlock_head(q, leases)
-    if first ~= nil and first ~= me and not quorumlock_same_service(first, me) then
+    if first ~= nil and first ~= me and not quorumlock_same_service(first, me)
+      and quorumlock_refuses(first) then
       join_every_queue()
       return quorumlock_answer(young, {0, -2, i})
     end

@@ -9,6 +9,10 @@
 --   began, by its own clock). Every node gets the same ticket for the same
 --   waiter, so every node orders the same waiters the same way, and a
 --   release hands the name to the same waiter on each: no split votes.
+--   A waiter of a lock service that is not fair takes a place that
+--   refuses nobody: its id ends in ".n", and its ticket adds 4e15 µs
+--   (keys.rs), so it queues behind every fair place. It only asks for the
+--   release notice: the first of those waiters alone hears it, not all.
 -- `quorumlock:leases:<name>`, a hash: queue id -> the server time in ms
 --   when its place lapses unless the waiter attempts again. A waiter whose
 --   process died blocks nobody longer than that.
@@ -25,6 +29,14 @@ local function quorumlock_same_service(a, b)
   end
   local service = string.match(b, '^([^.]+)%.')
   return service ~= nil and service == string.match(a, '^([^.]+)%.')
+end
+
+-- Whether the place `id` (as quorumlock_head returns it) refuses a free
+-- name to the waiters behind it: a fair one (or `true`, unknown) does;
+-- one whose id ends in ".n" refuses nobody. Such places queue behind every
+-- fair one, so a first place that refuses nobody means none refuses.
+local function quorumlock_refuses(id)
+  return type(id) ~= 'string' or string.sub(id, -2) ~= '.n'
 end
 
 -- The queue's first waiter whose place has not lapsed, dropping lapsed

@@ -108,14 +108,22 @@ for i = 1, m do
   if q and redis.call('EXISTS', q) == 1 then
     local leases = quorumlock_leases_of(KEYS[ko + i])
     queued[i] = true
-    if me ~= '' then
-      quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]))
+    local function lets_us_in(first)
+      return first == nil or first == me or quorumlock_same_service(first, me)
+        or not quorumlock_refuses(first)
     end
-    local first = quorumlock_head(q, leases)
-    if first ~= nil and first ~= me and not quorumlock_same_service(first, me)
-      and quorumlock_refuses(first) then
-      join_every_queue()
-      return quorumlock_answer(young, {0, -2, i})
+    -- The first waiter's turn (ours, most often: the one a release
+    -- announced itself to) needs no place of ours. Refused, we take our
+    -- place (by our ticket, which may be ahead of the first) and look again.
+    if not lets_us_in(quorumlock_head(q, leases)) then
+      if me == '' then
+        return quorumlock_answer(young, {0, -2, i})
+      end
+      quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]))
+      if not lets_us_in(quorumlock_head(q, leases)) then
+        join_every_queue()
+        return quorumlock_answer(young, {0, -2, i})
+      end
     end
   end
 end

@@ -10,7 +10,10 @@
 //!   second and the spread between workers (max / min).
 //! * s3sep: the same with 8 worker processes (this binary, re-run as a
 //!   worker): acquisitions per second, and the CPU time each acquisition
-//!   costs the workers and the servers together.
+//!   costs the workers and the servers together; and how the name changes
+//!   hands: the p50 from a release's start to the next hold's win (the
+//!   *handover*, by the system clock the processes share) and the share of
+//!   holds followed by one of the same worker.
 //! * S4: one of the 5 nodes paused (SIGSTOP): acquire and release p50 / p99.
 //! * S5: one of the 5 nodes killed: acquire p50 / p99; and, for
 //!   quorumlock, paired: a lock service whose fifth node is down against
@@ -276,24 +279,42 @@ async fn throughput(client: &Client, tasks: usize, window: Duration) -> f64 {
     done.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
 }
 
+/// One hold of a contention scenario: when it was won and when its
+/// release began, in µs of the system clock (which every worker process
+/// shares).
+#[derive(Clone, Copy)]
+struct Span {
+    won: u64,
+    releasing: u64,
+}
+
+/// µs since the Unix epoch.
+fn wall_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// S3: `workers` workers of this process on one name, ~1 ms holds: (per
-/// second, each worker's count).
-async fn contention(client: &Client, workers: usize, window: Duration) -> (f64, Vec<u64>) {
+/// second, each worker's holds).
+async fn contention(client: &Client, workers: usize, window: Duration) -> (f64, Vec<Vec<Span>>) {
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..workers)
         .map(|_| {
             let (client, stop) = (client.clone(), stop.clone());
             tokio::spawn(async move {
                 let name = format!("s3:{}", client.name());
-                let mut count = 0u64;
+                let mut spans = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     if let Some(held) = client.acquire(&name).await {
+                        let won = wall_micros();
                         hold().await;
+                        let releasing = wall_micros();
                         client.release(held).await;
-                        count += 1;
+                        spans.push(Span { won, releasing });
                     }
                 }
-                count
+                spans
             })
         })
         .collect();
@@ -301,15 +322,43 @@ async fn contention(client: &Client, workers: usize, window: Duration) -> (f64, 
     tokio::time::sleep(window).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = began.elapsed();
-    let counts: Vec<u64> = join_all(handles)
+    let holds: Vec<Vec<Span>> = join_all(handles)
         .await
         .into_iter()
         .map(|r| r.expect("worker"))
         .collect();
-    (
-        counts.iter().sum::<u64>() as f64 / elapsed.as_secs_f64(),
-        counts,
-    )
+    let total: usize = holds.iter().map(Vec::len).sum();
+    (total as f64 / elapsed.as_secs_f64(), holds)
+}
+
+/// Each worker's count of holds.
+fn counts(holds: &[Vec<Span>]) -> Vec<u64> {
+    holds.iter().map(|h| h.len() as u64).collect()
+}
+
+/// How the name changed hands: the p50 µs from a release's start to the
+/// next hold's win (the handover: what a hold costs beyond itself), and
+/// the share of holds whose next one was won by the same worker.
+fn handover(holds: &[Vec<Span>]) -> (f64, f64) {
+    let mut all: Vec<(Span, usize)> = holds
+        .iter()
+        .enumerate()
+        .flat_map(|(w, spans)| spans.iter().map(move |s| (*s, w)))
+        .collect();
+    all.sort_unstable_by_key(|(s, _)| s.won);
+    let mut gaps: Vec<u64> = Vec::with_capacity(all.len());
+    let mut same = 0usize;
+    for pair in all.windows(2) {
+        let ((before, w0), (after, w1)) = (pair[0], pair[1]);
+        gaps.push(after.won.saturating_sub(before.releasing));
+        same += usize::from(w0 == w1);
+    }
+    if gaps.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    gaps.sort_unstable();
+    let p50 = gaps[gaps.len() / 2] as f64;
+    (p50, 100.0 * same as f64 / gaps.len() as f64)
 }
 
 /// A ~1 ms hold, like work that waits on I/O: slept on a blocking-pool
@@ -336,8 +385,8 @@ fn max_over_min(counts: &[u64]) -> f64 {
 }
 
 /// s3sep: 8 processes of this binary, each a worker: acquisitions per second,
-/// and each worker's count.
-fn contention_separate(kind: &str, urls: &[String], window: Duration) -> (f64, Vec<u64>) {
+/// and each worker's holds.
+fn contention_separate(kind: &str, urls: &[String], window: Duration) -> (f64, Vec<Vec<Span>>) {
     let exe = std::env::current_exe().expect("own path");
     let children: Vec<_> = (0..8)
         .map(|_| {
@@ -350,18 +399,26 @@ fn contention_separate(kind: &str, urls: &[String], window: Duration) -> (f64, V
                 .expect("worker process")
         })
         .collect();
-    let counts: Vec<u64> = children
+    // A worker prints one line per hold: when it was won and when its
+    // release began.
+    let holds: Vec<Vec<Span>> = children
         .into_iter()
         .map(|c| {
             let out = c.wait_with_output().expect("worker output");
             String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse::<u64>()
-                .unwrap_or(0)
+                .lines()
+                .filter_map(|line| {
+                    let (won, releasing) = line.split_once(' ')?;
+                    Some(Span {
+                        won: won.parse().ok()?,
+                        releasing: releasing.parse().ok()?,
+                    })
+                })
+                .collect()
         })
         .collect();
-    let total: u64 = counts.iter().sum();
-    (total as f64 / window.as_secs_f64(), counts)
+    let total: usize = holds.iter().map(Vec::len).sum();
+    (total as f64 / window.as_secs_f64(), holds)
 }
 
 /// The body of a worker process: one worker on one name for the window.
@@ -381,12 +438,14 @@ fn worker(kind: &str) {
         .enable_all()
         .build()
         .expect("runtime");
-    let count = runtime.block_on(async {
+    let holds = runtime.block_on(async {
         let client = Client::connect(kind, &urls).await;
-        let (_, counts) = contention(&client, 1, window).await;
-        counts[0]
+        let (_, mut holds) = contention(&client, 1, window).await;
+        holds.pop().unwrap_or_default()
     });
-    println!("{count}");
+    for span in holds {
+        println!("{} {}", span.won, span.releasing);
+    }
 }
 
 #[derive(Default)]
@@ -499,9 +558,9 @@ fn main() {
                 "S2 server CPU µs/op",
                 micros(server_cpu(&server_pids) - cpu_before.1) / ops,
             );
-            let (rate, counts) = contention(client, 8, window).await;
+            let (rate, holds) = contention(client, 8, window).await;
             row.set("S3 acq/s", rate);
-            row.set("S3 max/min", max_over_min(&counts));
+            row.set("S3 max/min", max_over_min(&counts(&holds)));
         });
     }
     for kind in kinds.iter().filter(|_| want("s3sep")) {
@@ -511,7 +570,7 @@ fn main() {
             runtime.block_on(reset_command_stats(&urls));
         }
         let before = (children_cpu(), server_cpu(&server_pids));
-        let (rate, counts) = contention_separate(kind, &urls, window);
+        let (rate, holds) = contention_separate(kind, &urls, window);
         let workers = children_cpu() - before.0;
         let servers = server_cpu(&server_pids) - before.1;
         let acquisitions = rate * window.as_secs_f64();
@@ -520,7 +579,10 @@ fn main() {
         }
         let row = rows.entry(kind).or_default();
         row.set("s3sep acq/s", rate);
-        row.set("s3sep max/min", max_over_min(&counts));
+        row.set("s3sep max/min", max_over_min(&counts(&holds)));
+        let (gap, same) = handover(&holds);
+        row.set("s3sep handover p50 µs", gap);
+        row.set("s3sep same worker next %", same);
         row.set("s3sep CPU µs/acq", micros(workers + servers) / acquisitions);
         row.set("s3sep server CPU µs/acq", micros(servers) / acquisitions);
     }

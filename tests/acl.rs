@@ -41,7 +41,8 @@ fn lock(testbed: &Testbed, ttl: Duration) -> MultiLock {
             .ttl(ttl)
             .node_timeout(Duration::from_millis(100))
             .watchdog(true)
-            // Fair: the waiter below queues, so the queue's commands run too.
+            // Fair: the waiter below queues (any waiter does) and its place
+            // refuses, so the queue's commands run too.
             .fair(true)
             .build()
             .expect("valid"),

@@ -77,7 +77,7 @@ const NEEDED: &[&[&str]] = &[
     &["hlen", "quorumlock:doctor"],
     &["pexpire", "quorumlock:doctor", "1"],
     &["pttl", "quorumlock:doctor"],
-    // A fair lock service's waiter queues.
+    // The waiter queues (every waiting acquire takes a place).
     &["zadd", "quorumlock:queue:doctor", "1", "x"],
     &["zrange", "quorumlock:queue:doctor", "0", "0"],
     &["zrem", "quorumlock:queue:doctor", "x"],

@@ -42,6 +42,10 @@ pub(crate) enum Event {
     },
     /// An attempt failed with an error worth retrying.
     Failed(Error),
+    /// The call's first attempt failed without taking places in the
+    /// waiter queues (it carried no ticket: see `call::Queuing`); the next
+    /// one carries it.
+    FailedUnplaced(Error),
 }
 
 /// What to do next.
@@ -142,6 +146,17 @@ impl<'a> Attempts<'a> {
                 self.attempt()
             }
             Event::Failed(error) => self.failed(error, now, jitter),
+            // Take the places at once, on every node (not the gate alone),
+            // rather than wait unheard: a release announces itself to the
+            // queue's first waiter, and this call is in no queue yet.
+            Event::FailedUnplaced(error) => match self.failed(error, now, jitter) {
+                Step::Wait(_) => {
+                    self.queued = true;
+                    self.attempts += 1;
+                    Step::Attempt { gated: false }
+                }
+                give_up => give_up,
+            },
         }
     }
 
@@ -311,6 +326,29 @@ mod tests {
         assert!(after.listen);
         // Woken by its timer instead: the gate again.
         assert!(gated(a.next(woke(false, false), case.start, 0.0)));
+    }
+
+    #[test]
+    fn a_first_failure_without_a_place_attempts_again_at_once_ungated_and_queued() {
+        let case = Case::new(RetryPolicy::default());
+        let mut a = case.attempts(false);
+        a.next(Event::Start { others_wait: false }, case.start, 0.0);
+        assert!(!gated(a.next(
+            Event::FailedUnplaced(contended()),
+            case.start,
+            0.0
+        )));
+        assert_eq!(a.made(), 2);
+        // Queued from now on: woken by its notice, it skips the gate.
+        a.next(Event::Failed(contended()), case.start, 0.0);
+        assert!(!gated(a.next(woke(true, true), case.start, 0.0)));
+
+        // Out of attempts: it gives up rather than attempt again.
+        let case = Case::new(RetryPolicy::default().with_max_attempts(1));
+        let mut a = case.attempts(false);
+        a.next(Event::Start { others_wait: false }, case.start, 0.0);
+        let out = a.next(Event::FailedUnplaced(contended()), case.start, 0.0);
+        assert!(matches!(out, Step::GiveUp(_)), "{out:?}");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 -- Gives back `hold` ("<owner token> <entry id>") on lock `key`,
 -- owner-checked. Returns 0 when the hold was not there (expired, released,
 -- or another owner's), 1 when it was the last hold and the key is deleted,
--- 2 when the owner's other holds keep the key; and whether a waiter marked
--- the key.
+-- 2 when the owner's other holds keep the key; whether a waiter marked
+-- the key; and whether it was a one-hold string (a key never re-entered).
 local function quorumlock_give_back(key, hold)
   local v = redis.pcall('GET', key)
   if not v then
@@ -14,10 +14,10 @@ local function quorumlock_give_back(key, hold)
     -- One hold: ours only if it is exactly this one.
     if v == hold then
       redis.call('DEL', key)
-      return 1, false
+      return 1, false, true
     elseif v == hold .. ' w' then
       redis.call('DEL', key)
-      return 1, true
+      return 1, true, true
     end
     if not quorumlock_parse(v) then
       -- Someone else's data: fails as any other type does.

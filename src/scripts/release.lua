@@ -20,17 +20,17 @@
 -- owner's); 1 the hold is gone and every key of it was deleted; 3 the
 -- same, and some waiter was told (a key was marked); 2 the hold is gone
 -- but the owner's other holds keep some key (re-entry).
-if leaves then
-  for i = 1, m do
-    local key = KEYS[ko + i]
-    quorumlock_dequeue(quorumlock_queue_of(key), quorumlock_leases_of(key), ARGV[ao + 2])
-  end
-end
 local hold = ARGV[ao + 1]
 local result = 0
 for i = 1, m do
   local key = KEYS[ko + i]
-  local given, marked = quorumlock_give_back(key, hold)
+  local given, marked, plain = quorumlock_give_back(key, hold)
+  -- A one-hold key of ours that nobody marked: our win here found no
+  -- queue, or left ours (acquire.lua), and no place of ours came after
+  -- it; so only the other cases look for a place to give up.
+  if leaves and not (given == 1 and plain and not marked) then
+    quorumlock_dequeue(quorumlock_queue_of(key), quorumlock_leases_of(key), ARGV[ao + 2])
+  end
   if given == 1 then
     -- Ours was the last hold.
     if marked then

@@ -354,7 +354,8 @@ impl LockConfigBuilder {
     /// waiter queue on each node that refuses it, ordered by when the call
     /// began; a free name then goes only to the first waiter in line, and
     /// its release notice wakes that waiter alone. Without it, waiters
-    /// queue too, but only for the notice: a release wakes the longest
+    /// queue too (from the attempt they make at once after their first is
+    /// refused), but only for the notice: a release wakes the longest
     /// waiting one alone, which nearly always takes the name, yet their
     /// places refuse nobody (they queue behind every fair place), so a
     /// caller that asks just after a release may take the name first. A

@@ -25,11 +25,15 @@ local result = 0
 for i = 1, m do
   local key = KEYS[ko + i]
   local given, marked, plain = quorumlock_give_back(key, hold)
-  -- A one-hold key of ours that nobody marked: our win here found no
-  -- queue, or left ours (acquire.lua), and no place of ours came after
-  -- it; so only the other cases look for a place to give up.
-  if leaves and not (given == 1 and plain and not marked) then
-    quorumlock_dequeue(quorumlock_queue_of(key), quorumlock_leases_of(key), ARGV[ao + 2])
+  if leaves then
+    -- A one-hold key of ours that nobody marked: our win here found no
+    -- queue, or left ours and the queue empty (acquire.lua), so one EXISTS
+    -- tells whether a place to give up can be here (one left by a script
+    -- that failed half way, say), rather than a ZREM and an HDEL.
+    local q = quorumlock_queue_of(key)
+    if not (given == 1 and plain and not marked) or redis.call('EXISTS', q) == 1 then
+      quorumlock_dequeue(q, quorumlock_leases_of(key), ARGV[ao + 2])
+    end
   end
   if given == 1 then
     -- Ours was the last hold.

@@ -148,33 +148,11 @@ async fn a_free_name_waits_for_the_first_live_waiter_and_no_longer() {
     let testbed = Testbed::start(3).expect("testbed");
     let lock = common::lock(&testbed);
     // Another process's waiter, first in line on every node for a minute.
-    for node in testbed.nodes() {
-        let lapses = (server_ms(node) + 60_000).to_string();
-        let mut conn = node.connection().expect("node");
-        let _: () = redis::pipe()
-            .cmd("ZADD")
-            .arg(QUEUE)
-            .arg(1)
-            .arg("elsewhere")
-            .ignore()
-            .cmd("HSET")
-            .arg(LEASES)
-            .arg("elsewhere")
-            .arg(&lapses)
-            .ignore()
-            .query(&mut conn)
-            .expect("queue a waiter");
-    }
-    match lock.try_acquire("job").await {
-        Err(Error::Contended { nodes, .. }) => {
-            let ahead = nodes
-                .iter()
-                .filter(|r| r.outcome == NodeOutcome::WaitersAhead)
-                .count();
-            assert!(ahead >= 2, "refused by a majority: {nodes:?}");
-        }
-        other => panic!("a free name goes to the waiter first: {other:?}"),
-    }
+    plant_place(&testbed, "elsewhere", 1);
+    refused_for_waiters_ahead(
+        lock.try_acquire("job").await,
+        "a free name goes to the waiter first",
+    );
     assert!(
         testbed
             .nodes()
@@ -233,20 +211,16 @@ fn places_on(node: &RedisNode) -> Vec<String> {
         .expect("ZRANGE")
 }
 
-/// A place in "job"'s queue on every node, as a fair waiter of another
-/// process would take it, for a minute.
-fn plant_fair_place(testbed: &Testbed, id: &str) {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_micros() as u64;
+/// A place `id` in "job"'s queue on every node, at `score`, as a waiter of
+/// another process would take it, for a minute.
+fn plant_place(testbed: &Testbed, id: &str, score: u64) {
     for node in testbed.nodes() {
         let lapses = server_ms(node) + 60_000;
         let mut conn = node.connection().expect("plant a place");
         let _: () = redis::pipe()
             .cmd("ZADD")
             .arg(QUEUE)
-            .arg(micros)
+            .arg(score)
             .arg(id)
             .ignore()
             .cmd("HSET")
@@ -259,11 +233,30 @@ fn plant_fair_place(testbed: &Testbed, id: &str) {
     }
 }
 
+/// Asserts that `outcome` is a refusal by a majority of nodes where others
+/// wait ahead (`what`: why it should be).
+fn refused_for_waiters_ahead(outcome: Result<LockGuard, Error>, what: &str) {
+    match outcome {
+        Err(Error::Contended { nodes, .. }) => {
+            let ahead = nodes
+                .iter()
+                .filter(|r| r.outcome == NodeOutcome::WaitersAhead)
+                .count();
+            assert!(ahead >= 2, "refused by a majority: {nodes:?}");
+        }
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_places_of_waiters_that_are_not_fair_refuse_nobody_and_queue_behind_fair_ones() {
     let testbed = Testbed::start(3).expect("testbed");
     let fair_place = "feedfeedfeedfeed.0000000000000001";
-    plant_fair_place(&testbed, fair_place);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as u64;
+    plant_place(&testbed, fair_place, now);
     let waiting_lock = common::connected(common::lock_with(&testbed, common::slow_polling)).await;
     let waiter = common::spawn_waiter(&waiting_lock, "job");
     wait_queued(&testbed, 2, "the waiter to queue behind the fair place").await;
@@ -275,16 +268,7 @@ async fn the_places_of_waiters_that_are_not_fair_refuse_nobody_and_queue_behind_
 
     // The fair place refuses the free name to everyone behind it.
     let other = common::lock(&testbed);
-    match other.try_acquire("job").await {
-        Err(Error::Contended { nodes, .. }) => {
-            let ahead = nodes
-                .iter()
-                .filter(|r| r.outcome == NodeOutcome::WaitersAhead)
-                .count();
-            assert!(ahead >= 2, "refused by a majority: {nodes:?}");
-        }
-        refused => panic!("refused to the fair place's waiter, not {refused:?}"),
-    }
+    refused_for_waiters_ahead(other.try_acquire("job").await, "refused for the fair place");
 
     // Without it, the first place refuses nobody: another lock service
     // takes the name past the waiter, and its release wakes the waiter.

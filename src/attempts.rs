@@ -43,7 +43,7 @@ pub(crate) enum Event {
     /// An attempt failed with an error worth retrying.
     Failed(Error),
     /// The call's first attempt failed without taking places in the
-    /// waiter queues (it carried no ticket: see `call::Queuing`); the next
+    /// waiter queues (it carried no ticket: see `call::carry_ticket`); the next
     /// one carries it.
     FailedUnplaced(Error),
 }

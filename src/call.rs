@@ -37,7 +37,7 @@ pub(crate) async fn acquire(
     // A waiter queues for the name: its release is announced to the
     // longest waiting call alone, not to a herd. A fair lock service's
     // places also refuse the name to the waiters behind them. When its
-    // attempts carry the ticket: see `Queuing`.
+    // attempts carry the ticket: see `carry_ticket`.
     let ticket = request.waits.then(|| services.wake.ticket(config.fair));
     let span = tracing::debug_span!(
         "acquire",
@@ -82,13 +82,14 @@ async fn attempts(
         keys: &keys,
         ticket: ticket.as_ref(),
     };
-    let queuing = Queuing {
-        ticket: ticket.as_ref(),
-    };
-    let outcome = attempts_until(services, request, queuing, instant_in(wait), waited).await;
+    let outcome =
+        attempts_until(services, request, ticket.as_ref(), instant_in(wait), waited).await;
     match &outcome {
         // The guard's release gives up what is left of its places.
         Ok(_) => place.ticket = None,
+        // No attempt carried the ticket (see `carry_ticket`): no place to
+        // give up, and no round for the caller to wait on before its error.
+        Err(_) if request.ticket.is_none() => place.ticket = None,
         Err(_) => place.leave().await,
     }
     outcome
@@ -100,12 +101,12 @@ async fn attempts(
 async fn attempts_until(
     services: &Arc<Services>,
     request: &mut Request,
-    queuing: Queuing<'_>,
+    ticket: Option<&Ticket>,
     budget_end: Instant,
     waited: &mut Duration,
 ) -> Result<LockGuard, Error> {
     let keys = Arc::clone(&request.keys);
-    let queue_id = queuing.ticket.map(|t| Arc::clone(&t.id));
+    let queue_id = ticket.map(|t| Arc::clone(&t.id));
     let mut waiting = services
         .wake
         .waiter(&keys, &services.core.counters, queue_id);
@@ -115,7 +116,7 @@ async fn attempts_until(
     let handoff = keys.len() == 1 && request.ttl == services.core.config.ttl;
     let retry = &services.core.config.retry;
     let budget = (Instant::now(), budget_end);
-    let mut event = start(services, &keys, queuing, request);
+    let mut event = start(services, &keys, ticket, request);
     let mut attempts = Attempts::new(retry, &keys, request.ticket.is_some(), budget);
     let mut woken = Woken::Retry;
     loop {
@@ -136,6 +137,10 @@ async fn attempts_until(
                 };
             }
             Step::Attempt { gated } => {
+                // Every attempt after the first takes its places.
+                if attempts.made() > 1 {
+                    carry_ticket(request, ticket);
+                }
                 // Marked before the attempt: a release announced while
                 // it runs still wakes the wait after it.
                 waiting.mark();
@@ -150,8 +155,8 @@ async fn attempts_until(
                 };
                 tracing::Span::current().record("attempts", attempts.made());
                 match outcome {
-                    // Without its ticket, the next attempt takes it.
-                    Err(e) if e.is_retryable() && queuing.begin(request, true) => {
+                    // Without its ticket: the next attempt takes its places.
+                    Err(e) if e.is_retryable() && ticket.is_some() && request.ticket.is_none() => {
                         event = Event::FailedUnplaced(e);
                     }
                     Err(e) if e.is_retryable() => event = Event::Failed(e),
@@ -162,6 +167,8 @@ async fn attempts_until(
     }
 }
 
+/// Gives `request` its call's `ticket` unless it carries it already.
+///
 /// When a waiting call's attempts carry its ticket (take places in the
 /// names' waiter queues): a fair lock service's from the first attempt (its
 /// place is its turn); another's from the first when the name is known to
@@ -171,29 +178,21 @@ async fn attempts_until(
 /// An acquire that finds the name free, the common case, so sends no place
 /// (three arguments): S2's script time per operation was a tenth higher
 /// when every waiting acquire carried one (three A/B pairs).
-#[derive(Clone, Copy)]
-struct Queuing<'a> {
-    ticket: Option<&'a Ticket>,
-}
-
-impl Queuing<'_> {
-    /// Gives `request` the ticket if `now` and it has none yet; whether it
-    /// did.
-    fn begin(self, request: &mut Request, now: bool) -> bool {
-        match self.ticket.filter(|_| now && request.ticket.is_none()) {
-            Some(ticket) => {
-                request.ticket = Some(ticket.clone());
-                true
-            }
-            None => false,
-        }
+fn carry_ticket(request: &mut Request, ticket: Option<&Ticket>) {
+    if request.ticket.is_none() {
+        request.ticket = ticket.cloned();
     }
 }
 
 /// How a waiting call starts: at once, behind the other waiters of its
 /// lock service, or after stepping aside; and whether its first attempt
-/// carries its ticket already (`Queuing`).
-fn start(services: &Services, keys: &KeySet, queuing: Queuing<'_>, request: &mut Request) -> Event {
+/// carries its `ticket` already ([`carry_ticket`]).
+fn start(
+    services: &Services,
+    keys: &KeySet,
+    ticket: Option<&Ticket>,
+    request: &mut Request,
+) -> Event {
     let others_wait = services.wake.has_waiters(keys);
     // This lock service just released the name to a waiter of another
     // process: it lets that waiter take it first (behind its own waiters,
@@ -202,7 +201,9 @@ fn start(services: &Services, keys: &KeySet, queuing: Queuing<'_>, request: &mut
         .then(|| services.wake.stepping_aside(keys))
         .flatten();
     let contended = others_wait || aside.is_some();
-    queuing.begin(request, services.core.config.fair || contended);
+    if services.core.config.fair || contended {
+        carry_ticket(request, ticket);
+    }
     match aside {
         Some(pause) => {
             bump(&services.core.counters.stepped_aside);

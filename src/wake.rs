@@ -52,7 +52,7 @@
 //! **One process told per release.** A waiter takes a place in the name's
 //! waiter queue on every node that refuses it (`scripts/queue.lua`; a
 //! waiter that is not fair from the attempt it makes at once after its
-//! first, unless the name was known to be contended: `call::Queuing`), and
+//! first, unless the name was known to be contended: `call::carry_ticket`), and
 //! a release announces itself to the lock service of the queue's first
 //! waiter alone, on that service's turn channel
 //! (`quorumlock:released:quorumlock:turn:<service>`, subscribed from the

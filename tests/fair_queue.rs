@@ -324,6 +324,34 @@ async fn a_waiting_acquire_that_finds_the_name_free_costs_the_queues_nothing() {
     }
 }
 
+/// A waiter that is not fair and gives up after one attempt took no place
+/// (its first attempt carries none), so it sends no round to give one up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_before_taking_a_place_leaves_nothing() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let holder = held_everywhere(&testbed).await;
+    let lock = common::connected(common::lock(&testbed)).await;
+    let leaves = |testbed: &Testbed| -> u64 {
+        testbed
+            .nodes()
+            .iter()
+            .map(|n| common::calls_on(n, "zrem"))
+            .sum()
+    };
+    let before = leaves(&testbed);
+    let refused = lock.acquire("job", Wait::NONE).await;
+    assert!(
+        matches!(refused, Err(Error::WaitBudgetExhausted { attempts: 1, .. })),
+        "{refused:?}"
+    );
+    assert_eq!(leaves(&testbed), before, "no place given up: none taken");
+    assert!(
+        testbed.nodes().iter().all(|n| queued_on(n) == 0),
+        "no place taken"
+    );
+    holder.release().await;
+}
+
 #[test]
 fn fairness_needs_wake_ups() {
     let refused = quorumlock::LockConfig::builder()

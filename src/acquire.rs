@@ -21,8 +21,8 @@ use tracing::field::Empty;
 use crate::clock::Stamp;
 use crate::core::ttl_millis;
 use crate::error::{Error, NodeError, NodeOutcome};
-use crate::fanout::{End, QuorumRound};
-use crate::keys::{Entry, KeySet, Ticket};
+use crate::fanout::{End, QuorumRound, Unfinished};
+use crate::keys::{Entry, GrantHold, KeySet, Ticket};
 use crate::lease::{Grant, Hold, Lease};
 use crate::node::Cutoff;
 use crate::owner::Owner;
@@ -30,6 +30,7 @@ use crate::quorum::{self, Decision};
 use crate::release;
 use crate::scripts::acquire::Acquire;
 use crate::scripts::acquire::AcquireReply;
+use crate::scripts::reply::Reading;
 use crate::services::Services;
 use crate::stats::bump;
 use crate::telemetry::{self, Outcome};
@@ -86,6 +87,10 @@ pub(crate) struct Request {
     /// The caller's place in the waiter queues, when it queues (a fair
     /// lock service): a free name goes to the queue's first waiter.
     pub(crate) ticket: Option<Ticket>,
+    /// The number of the call's attempt about to go (from 1), when its
+    /// places ask for grants (0: they do not): a grant request names it,
+    /// and the grant's validity counts from its start.
+    pub(crate) attempt: u32,
 }
 
 impl Request {
@@ -102,20 +107,39 @@ impl Request {
             ttl,
             waits: false,
             ticket: None,
+            attempt: 0,
         })
     }
 
     /// The entry one attempt tries to take: the owner's token (a fresh one
     /// for an anonymous request) and a fresh entry id, so that a late
     /// rollback of one attempt can never remove another attempt's hold.
+    ///
+    /// A call that may be granted the name (its ticket has a grant hold)
+    /// makes every attempt under the grant's owner token, so that an
+    /// attempt counts a grant made to the call as its own hold (re-entry),
+    /// and shares the grant's record of the nodes reached.
     pub(crate) fn entry(&self, nodes: usize) -> Entry {
-        let token = match &self.owner {
+        let owner = || match &self.owner {
             Some(token) => Arc::clone(token),
             None => Arc::clone(Owner::new().shared_token()),
         };
-        Entry {
+        let grant = self.ticket.as_ref().and_then(|t| t.grant.as_ref());
+        let grant = grant.map(|slot| slot.get_or_make(owner, nodes));
+        let token = match grant {
+            Some(grant) => Arc::clone(&grant.token),
+            None => owner(),
+        };
+        let entry = Entry {
             ticket: self.ticket.clone(),
             ..Entry::new(Arc::clone(&self.keys), token, nodes)
+        };
+        match grant {
+            Some(grant) => Entry {
+                reached: Arc::clone(&grant.reached),
+                ..entry
+            },
+            None => entry,
         }
     }
 }
@@ -175,6 +199,7 @@ pub(crate) async fn attempt(
             waits: request.waits,
             lease_ms,
             reads_fences,
+            attempt: request.attempt,
         };
         core.nodes[i].acquire(call, cutoff)
     };
@@ -212,16 +237,41 @@ pub(crate) async fn attempt(
         // skipped (no work for a node the guard does not need).
         drop(unfinished);
     } else {
-        // A lost round's calls already sent finish in the background: a
-        // waiter's mark (and queue place) must land on every node that
-        // got the request, or that node's release would not announce
-        // itself to it. Those not sent yet are never sent: they could
-        // run after the rollback that follows.
-        cutoff.pass();
-        unfinished.finish_in_background(&core.background, core.background_bound(), "acquire");
+        lost_round(core, request, &mut round, gate, &cutoff, unfinished).await;
     }
     undo.until(decide(services, request, entry, &mut round))
         .await
+}
+
+/// What a lost round's unfinished calls do: those already sent finish
+/// (for a waiter, before its attempt returns), the others never leave.
+async fn lost_round<Fut>(
+    core: &crate::core::Core,
+    request: &Request,
+    round: &mut QuorumRound<AcquireReply>,
+    gate: Option<usize>,
+    cutoff: &Cutoff,
+    unfinished: Unfinished<Fut>,
+) where
+    Fut: std::future::Future<Output = Result<AcquireReply, NodeError>> + Send + 'static,
+{
+    // A lost round's calls already sent finish: a waiter's mark (and
+    // queue place) must land on every node that got the request, or that
+    // node's release would not announce itself to it. Those not sent yet
+    // are never sent: they could run after the rollback that follows.
+    cutoff.pass();
+    if request.waits {
+        // A waiter's next attempt may follow at once: its calls must
+        // not queue behind these (and be cut off with its round), or
+        // its places would differ between the nodes, and so would the
+        // grants that follow them; and the rollback below must not
+        // go to a node that refused. Waiting, it waits a round more.
+        round
+            .settle(gate, unfinished, core.config.node_timeout)
+            .await;
+    } else {
+        unfinished.finish_in_background(&core.background, core.background_bound(), "acquire");
+    }
 }
 
 /// The refusal of an attempt that the gate turned away: contended, and
@@ -292,6 +342,46 @@ pub(crate) async fn handed_over(
     // waiter for one that went away (and rolls its hold back).
     tokio::spawn(async move { while rest.recv().await.is_some() {} });
     bump(&core.counters.handed_over);
+    decide(services, request, entry, &mut round).await
+}
+
+/// The waiter's side of grants: releases of other lock services took the
+/// name for the call's `grant` hold on the nodes `heard` names, each for
+/// the grant request of one attempt of the call (its number, and the
+/// name's fencing counter there). Decided like an attempt whose round
+/// started when the earliest of those attempts did (`starts`, by attempt
+/// number from 1): a node takes the key only after that attempt's request
+/// reached it, so the key outlives that start by its TTL. Short of the
+/// validity, the grants are rolled back like a lost attempt's writes.
+pub(crate) async fn granted(
+    services: &Services,
+    request: &Request,
+    (grant, ticket): (&GrantHold, &Ticket),
+    heard: &[Option<(u32, Reading)>],
+    starts: &[Stamp],
+) -> Result<Lease, Error> {
+    let core = &services.core;
+    bump(&core.counters.attempts);
+    bump(&core.counters.granted);
+    let start_of = |attempt: u32| starts.get((attempt as usize).checked_sub(1)?).copied();
+    let start = heard
+        .iter()
+        .flatten()
+        .filter_map(|(attempt, _)| start_of(*attempt))
+        .min()
+        .unwrap_or_else(Stamp::now);
+    let reads = core.reads_fences();
+    let mut round = QuorumRound::new(core.nodes.len(), core.required(), start);
+    for (i, heard) in heard.iter().enumerate() {
+        if let Some((attempt, fence)) = heard
+            && start_of(*attempt).is_some()
+        {
+            let fences = reads.then(|| Box::from([*fence]));
+            round.record(i, Ok(AcquireReply::Won { fences }), AcquireReply::vote);
+        }
+    }
+    round.finish(End::Decided);
+    let entry = Entry::of_grant(Arc::clone(&request.keys), grant, ticket.clone());
     decide(services, request, entry, &mut round).await
 }
 

@@ -14,15 +14,18 @@ use tracing::field::Empty;
 
 use crate::acquire::{self, Request};
 use crate::attempts::{Attempts, Event, Step};
+use crate::clock::Stamp;
 use crate::clock::instant_in;
-use crate::error::Error;
+use crate::error::{Error, NodeOutcome};
 use crate::guard::LockGuard;
-use crate::keys::{KeySet, Ticket};
+use crate::keys::{GrantSlot, KeySet, Ticket};
+use crate::lease::Lease;
 use crate::release;
+use crate::scripts::reply::Reading;
 use crate::services::Services;
 use crate::stats::bump;
 use crate::telemetry::{self, Outcome};
-use crate::wake::Woken;
+use crate::wake::{Waiter, Woken};
 
 /// Runs a request: one attempt (`wait: None`), or attempts until won or
 /// the budget is spent, waiting between attempts for a release notice,
@@ -38,7 +41,15 @@ pub(crate) async fn acquire(
     // longest waiting call alone, not to a herd. A fair lock service's
     // places also refuse the name to the waiters behind them. When its
     // attempts carry the ticket: see `carry_ticket`.
-    let ticket = request.waits.then(|| services.wake.ticket(config.fair));
+    let mut ticket = request.waits.then(|| services.wake.ticket(config.fair));
+    // A waiter of one name may be granted it: the release that frees it
+    // takes it for the call's grant hold (`Grants`), made by the first
+    // attempt that carries the ticket.
+    if let Some(ticket) = &mut ticket
+        && request.keys.len() == 1
+    {
+        ticket.grant = Some(Arc::default());
+    }
     let span = tracing::debug_span!(
         "acquire",
         key = %request.keys,
@@ -119,6 +130,7 @@ async fn attempts_until(
     let mut event = start(services, &keys, ticket, request);
     let mut attempts = Attempts::new(retry, &keys, request.ticket.is_some(), budget);
     let mut woken = Woken::Retry;
+    let mut grants = Grants::new(ticket, services.core.nodes.len());
     loop {
         match attempts.next(event, Instant::now(), rand::random::<f64>()) {
             Step::GiveUp(error) => return Err(error),
@@ -141,19 +153,13 @@ async fn attempts_until(
                 if attempts.made() > 1 {
                     carry_ticket(request, ticket);
                 }
-                // Marked before the attempt: a release announced while
-                // it runs still wakes the wait after it.
-                waiting.mark();
-                let outcome = match std::mem::replace(&mut woken, Woken::Retry) {
-                    Woken::HandedOver { entry, first, rest } => {
-                        acquire::handed_over(services, request, entry, first, rest).await
-                    }
-                    Woken::Retry => {
-                        let gate = gated.then(|| acquire::gate(services)).flatten();
-                        acquire::attempt(services, request, gate).await
-                    }
-                };
+                let woke = std::mem::replace(&mut woken, Woken::Retry);
+                let outcome =
+                    attempt(services, request, woke, gated, &mut grants, &mut waiting).await;
                 tracing::Span::current().record("attempts", attempts.made());
+                if let Err(e) = &outcome {
+                    grants.forget(e);
+                }
                 match outcome {
                     // Without its ticket: the next attempt takes its places.
                     Err(e) if e.is_retryable() && ticket.is_some() && request.ticket.is_none() => {
@@ -164,6 +170,162 @@ async fn attempts_until(
                 }
             }
         }
+    }
+}
+
+/// One attempt of a waiting call: decided on the handoff it was woken
+/// with, on the grants it heard, or by a round of its own.
+async fn attempt(
+    services: &Arc<Services>,
+    request: &mut Request,
+    woken: Woken,
+    gated: bool,
+    grants: &mut Grants,
+    waiting: &mut Waiter<'_>,
+) -> Result<Lease, Error> {
+    // A place asks for grants only while the call has its turn among its
+    // lock service's waiters, and their notices must find it listening,
+    // also one that comes before its first wait.
+    let asks = grants.asks() && request.ticket.is_some() && {
+        waiting.listen_now();
+        waiting.try_turn()
+    };
+    // Marked before the attempt: a release announced while it runs
+    // still wakes the wait after it.
+    waiting.mark();
+    match woken {
+        Woken::HandedOver { entry, first, rest } => {
+            acquire::handed_over(services, request, entry, first, rest).await
+        }
+        Woken::Retry if grants.hear(services, request) => grants.decide(services, request).await,
+        Woken::Retry => {
+            let attempt = grants.next_attempt();
+            request.attempt = if asks { attempt } else { 0 };
+            // A call that asks for grants asks every node at once: a
+            // gated attempt refused at the gate would take its place
+            // there alone, and places that differ between the nodes split
+            // the grants between waiters.
+            let gated = gated && !grants.asks();
+            let gate = gated.then(|| acquire::gate(services)).flatten();
+            acquire::attempt(services, request, gate).await
+        }
+    }
+}
+
+/// What a waiting call heard of the grants releases made to it (see
+/// `scripts/release.lua`), and the starts of its attempts, which their grant
+/// requests name: a quorum of grants wins the call the name with no
+/// acquire round of its own ([`acquire::granted`]). A grant short of a
+/// quorum still holds its node for the call: the next attempt, under the
+/// grant's owner token, counts it as its own hold.
+struct Grants {
+    /// Where the call's grant hold goes; `None` when it asks for no grant.
+    hold: Option<Arc<GrantSlot>>,
+    /// The lock service's nodes.
+    nodes: usize,
+    /// Per node: the attempt whose request it granted, and its counter
+    /// (empty until a grant is heard or forgotten: most calls hear none).
+    heard: Vec<Option<(u32, Reading)>>,
+    /// Each attempt's start, by attempt number from 1.
+    starts: Vec<Stamp>,
+    /// Per node, grants for attempts up to this number are not counted: a
+    /// failed attempt's (or grant decision's) rollback gave the grant hold
+    /// back there, and a notice may still come from before that (empty as
+    /// `heard` is).
+    forgotten: Vec<usize>,
+}
+
+impl Grants {
+    fn new(ticket: Option<&Ticket>, nodes: usize) -> Grants {
+        Grants {
+            hold: ticket.and_then(|t| t.grant.clone()),
+            nodes,
+            heard: Vec::new(),
+            starts: Vec::new(),
+            forgotten: Vec::new(),
+        }
+    }
+
+    /// `heard` and `forgotten`, one entry per node.
+    fn per_node(&mut self) {
+        if self.heard.is_empty() {
+            self.heard = vec![None; self.nodes];
+            self.forgotten = vec![0; self.nodes];
+        }
+    }
+
+    /// Whether the call's attempts ask for grants.
+    fn asks(&self) -> bool {
+        self.hold.is_some()
+    }
+
+    /// Forgets the grants heard from the nodes where a failed attempt's
+    /// rollback gave the grant hold back (where the attempt won:
+    /// `release::rollback`), also those whose notices are still on their
+    /// way; every node after a failed decision on grants. A node that
+    /// grants a later attempt's request counts again.
+    fn forget(&mut self, error: &Error) {
+        if self.hold.is_none() {
+            return;
+        }
+        self.per_node();
+        let reports = error.node_reports().map(|r| r.as_slice());
+        for (i, (heard, forgotten)) in self.heard.iter_mut().zip(&mut self.forgotten).enumerate() {
+            let kept = reports.is_some_and(|r| {
+                r.get(i)
+                    .is_none_or(|r| !matches!(r.outcome, NodeOutcome::Won))
+            });
+            if !kept {
+                *heard = None;
+                *forgotten = self.starts.len();
+            }
+        }
+    }
+
+    /// Stamps the start of the attempt about to go (before its own round's
+    /// stamp: a grant's validity never counts from later); its number.
+    fn next_attempt(&mut self) -> u32 {
+        self.starts.push(Stamp::now());
+        u32::try_from(self.starts.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Takes the grants heard since last asked; whether they make a quorum.
+    /// A grant that names no attempt of this call is not counted.
+    fn hear(&mut self, services: &Services, request: &Request) -> bool {
+        let (Some(_), Some(ticket)) = (&self.hold, &request.ticket) else {
+            return false;
+        };
+        let heard = services.wake.take_grants(&request.keys, &ticket.id);
+        if heard.is_empty() && self.heard.is_empty() {
+            return false;
+        }
+        self.per_node();
+        for granted in heard {
+            let (node, attempt) = (granted.node, granted.attempt as usize);
+            let Some(&forgotten) = self.forgotten.get(node) else {
+                continue;
+            };
+            if (forgotten + 1..=self.starts.len()).contains(&attempt) {
+                self.heard[node] = Some((granted.attempt, granted.fence));
+            }
+        }
+        self.heard.iter().flatten().count() >= services.core.required()
+    }
+
+    /// Decides the call on its grants. Short of the validity, the grants
+    /// are rolled back (and forgotten, as after any failed attempt).
+    async fn decide(
+        &mut self,
+        services: &Arc<Services>,
+        request: &Request,
+    ) -> Result<Lease, Error> {
+        let hold = self.hold.as_ref().and_then(|slot| slot.get());
+        let (Some(hold), Some(ticket)) = (hold, &request.ticket) else {
+            // `hear` says no quorum without both (an attempt made the hold
+            // before any grant of it).
+            return acquire::attempt(services, request, None).await;
+        };
+        acquire::granted(services, request, (hold, ticket), &self.heard, &self.starts).await
     }
 }
 

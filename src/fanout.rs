@@ -287,6 +287,31 @@ impl<T> QuorumRound<T> {
         self.tally.decision() != Decision::Pending
     }
 
+    /// Waits up to `bound` for the calls that [`ask`](Self::ask) (with
+    /// the same `asked`) left unfinished, keeping each late reply: a node
+    /// that refused then needs no rollback. The tally stays as decided.
+    pub(crate) async fn settle<Fut>(
+        &mut self,
+        asked: Option<usize>,
+        unfinished: Unfinished<Fut>,
+        bound: Duration,
+    ) where
+        Fut: Future<Output = Result<T, NodeError>>,
+    {
+        let mut calls = unfinished.0;
+        let replies = &mut self.replies;
+        let late = async {
+            while let Some((j, reply)) = calls.next().await {
+                let i = match asked {
+                    Some(a) if j >= a => j + 1,
+                    _ => j,
+                };
+                replies[i] = Some(reply);
+            }
+        };
+        let _ = tokio::time::timeout(bound, late).await;
+    }
+
     /// Marks the round ended now, and how.
     pub(crate) fn finish(&mut self, end: End) {
         self.end = end;

@@ -444,6 +444,7 @@ impl HeldLock {
             ttl: self.services.core.config.ttl,
             waits: false,
             ticket: None,
+            attempt: 0,
         };
         let lease = acquire::attempt(&self.services, &request, None).await?;
         Ok(LockGuard::new(lease, Arc::clone(&self.services)))

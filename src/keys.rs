@@ -271,6 +271,10 @@ impl Entry {
     /// waiter queues of `keys` (an acquire call that stops waiting gives
     /// them up with it). Its hold, `" "`, is no lock key's value.
     pub(crate) fn places_only(keys: Arc<KeySet>, ticket: Ticket) -> Entry {
+        if let Some(grant) = ticket.grant() {
+            // A grant a release made to the call goes with its places.
+            return Entry::of_grant(keys, grant, ticket.clone());
+        }
         Entry {
             keys,
             token: Arc::from(""),
@@ -278,6 +282,27 @@ impl Entry {
             hold: Arc::from(" "),
             ticket: Some(ticket),
             reached: Arc::new(Reached::new(0)),
+        }
+    }
+
+    /// The entry of a call's grant hold (`ticket`'s).
+    pub(crate) fn of_grant(keys: Arc<KeySet>, grant: &GrantHold, ticket: Ticket) -> Entry {
+        Entry {
+            keys,
+            token: Arc::clone(&grant.token),
+            id: Arc::clone(&grant.id),
+            hold: Arc::clone(&grant.hold),
+            ticket: Some(ticket),
+            reached: Arc::clone(&grant.reached),
+        }
+    }
+
+    /// The grant hold its ticket also gives back on release, when it is
+    /// not this entry's own hold ('' when none: `release.lua`).
+    pub(crate) fn other_grant_hold(&self) -> &str {
+        match self.ticket.as_ref().and_then(Ticket::grant) {
+            Some(grant) if grant.hold != self.hold => &grant.hold,
+            _ => "",
         }
     }
 }
@@ -337,6 +362,81 @@ pub(crate) struct Ticket {
     /// clock (earlier tickets go first); for a place that refuses nobody,
     /// plus [`NOT_FAIR_AFTER`], so that it queues behind every fair one.
     pub(crate) score: u64,
+    /// The hold a release may take the name for, for this call (a call on
+    /// one name: `scripts/release.lua`), made by the
+    /// first attempt that carries the ticket.
+    pub(crate) grant: Option<Arc<GrantSlot>>,
+}
+
+impl Ticket {
+    /// The call's grant hold, once an attempt made it.
+    pub(crate) fn grant(&self) -> Option<&GrantHold> {
+        self.grant.as_ref().and_then(|slot| slot.get())
+    }
+}
+
+/// Where a call's [`GrantHold`] goes once its first attempt that carries
+/// the ticket makes it: an acquire that finds the name free (the common
+/// case) makes none, and pays no owner token for it.
+#[derive(Default)]
+pub(crate) struct GrantSlot(OnceLock<GrantHold>);
+
+impl GrantSlot {
+    /// The grant hold, if an attempt made it.
+    pub(crate) fn get(&self) -> Option<&GrantHold> {
+        self.0.get()
+    }
+
+    /// The grant hold, made now for owner `token()` if there is none yet.
+    pub(crate) fn get_or_make(&self, token: impl FnOnce() -> Arc<str>, nodes: usize) -> &GrantHold {
+        self.0.get_or_init(|| GrantHold::new(token(), nodes))
+    }
+}
+
+impl fmt::Debug for GrantSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0.get(), f)
+    }
+}
+
+/// The one hold of an acquire call that a release may take its name for
+/// while the call waits (a grant, `scripts/release.lua`): the call's owner
+/// token, which every attempt of the call shares, and an entry id of its
+/// own. No attempt writes it, so no attempt's rollback removes it; the
+/// call gives it back when it ends without winning by it (its places'
+/// leave), and the guard it wins gives it back on release (`release.lua`,
+/// `handoff.lua`).
+pub(crate) struct GrantHold {
+    pub(crate) token: Arc<str>,
+    pub(crate) id: Arc<str>,
+    /// `"<token> <id>"`.
+    pub(crate) hold: Arc<str>,
+    /// The nodes any attempt of the call was handed to: the attempts'
+    /// entries share it, so the grant's guard and every leave reach each
+    /// node that may hold a grant request.
+    pub(crate) reached: Arc<Reached>,
+}
+
+impl GrantHold {
+    /// A grant hold of owner `token` for a lock service of `nodes` nodes.
+    pub(crate) fn new(token: Arc<str>, nodes: usize) -> GrantHold {
+        let id = format!("{:016x}", rand::random::<u64>());
+        GrantHold {
+            hold: Arc::from(format!("{token} {id}")),
+            token,
+            id: Arc::from(id),
+            reached: Arc::new(Reached::new(nodes)),
+        }
+    }
+}
+
+/// The owner token is a secret: only the entry id shows.
+impl fmt::Debug for GrantHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrantHold")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The end of the queue id of a place that refuses nobody
@@ -363,11 +463,13 @@ impl Ticket {
             Ticket {
                 id: Arc::from(format!("{service}.{call:016x}")),
                 score: micros,
+                grant: None,
             }
         } else {
             Ticket {
                 id: Arc::from(format!("{service}.{call:016x}{REFUSES_NOBODY}")),
                 score: micros.saturating_add(NOT_FAIR_AFTER),
+                grant: None,
             }
         }
     }

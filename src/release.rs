@@ -101,6 +101,18 @@ pub(crate) async fn rollback(
         })
         .map(|(i, r)| (i, r.is_some()))
         .collect();
+    // Where the attempt won, a grant its call was made there (which the
+    // attempt counted as its own hold) goes back with it: a waiter short of
+    // a quorum lets the others have those nodes. Elsewhere the call keeps
+    // what it was granted (`call::Grants::forget`).
+    let won = |i: usize| matches!(replies[i], Some(Ok(AcquireReply::Won { .. })));
+    let without_grant = Entry {
+        ticket: entry.ticket.as_ref().map(|t| Ticket {
+            grant: None,
+            ..t.clone()
+        }),
+        ..entry.clone()
+    };
     let mut awaited = targets.iter().filter(|(_, answered)| *answered).count();
     let deadline = if awaited == 0 {
         Instant::now()
@@ -111,7 +123,11 @@ pub(crate) async fn rollback(
     let _ = fan_out(
         targets.len(),
         deadline,
-        |j| core.nodes[targets[j].0].release(entry.clone(), false, ttl),
+        |j| {
+            let i = targets[j].0;
+            let entry = if won(i) { entry } else { &without_grant };
+            core.nodes[i].release(entry.clone(), false, ttl)
+        },
         |j, reply| {
             if let Err(error) = reply {
                 tracing::debug!(%error, "rollback failed on a node");

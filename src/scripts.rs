@@ -206,7 +206,7 @@ mod tests {
             let mut in_layout = false;
             for line in script.body(false).lines() {
                 if line.starts_with("local function quorumlock_") {
-                    in_layout = line.contains("_of(key)");
+                    in_layout = line.contains("_of(key)") || line.contains("_epoch_key()");
                 }
                 let code = line.split("--").next().unwrap_or("");
                 if code.contains("'quorumlock:") {
@@ -233,6 +233,11 @@ mod tests {
             let expected = format!("local function {function}(key)\n  return '{key}' .. key\nend");
             assert!(layout.contains(&expected), "layout.lua lacks {expected}");
         }
+        let marker = format!(
+            "local function quorumlock_epoch_key()\n  return '{}'\nend",
+            crate::keys::EPOCH_KEY
+        );
+        assert!(layout.contains(&marker), "layout.lua lacks {marker}");
     }
 
     /// `queue.lua` knows a place that refuses nobody by the end `keys.rs`

@@ -70,6 +70,10 @@ pub struct LockStats {
     pub handoffs: u64,
     /// Acquire attempts decided on a handoff (won or not).
     pub handed_over: u64,
+    /// Acquire attempts decided on grants: releases of other processes
+    /// took the name for the waiting call on a quorum of nodes, with no
+    /// acquire round of its own (see [`crate::wake`]).
+    pub granted: u64,
     /// Acquire calls that let a waiter of another process take the name
     /// first: they began just after this lock service released the name
     /// to that waiter (see [`crate::wake`]).
@@ -144,6 +148,7 @@ pub(crate) struct Counters {
     pub(crate) woken: AtomicU64,
     pub(crate) handoffs: AtomicU64,
     pub(crate) handed_over: AtomicU64,
+    pub(crate) granted: AtomicU64,
     pub(crate) stepped_aside: AtomicU64,
 }
 
@@ -191,6 +196,7 @@ impl Counters {
             woken: get(&self.woken),
             handoffs: get(&self.handoffs),
             handed_over: get(&self.handed_over),
+            granted: get(&self.granted),
             stepped_aside: get(&self.stepped_aside),
             nodes,
         }

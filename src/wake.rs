@@ -24,8 +24,9 @@
 //!
 //! Notices are only hints. A lost message (a subscriber reconnecting, a key
 //! that expires instead of being released, a waiter that subscribed just
-//! after the release) never stalls a waiter past its backoff, and a notice
-//! never grants anything: the waiter still has to win the quorum.
+//! after the release) never stalls a waiter past its backoff, and a plain
+//! notice grants nothing: the waiter still has to win the quorum (a grant,
+//! below, is a vote the node cast in the release's own script call).
 //!
 //! Within one `MultiLock`, waiters of one name take turns: only the first
 //! in line attempts and waits for notices, the others queue behind it
@@ -68,6 +69,34 @@
 //! backoffs plus a node timeout, at least 2 s); the waiters behind it
 //! retry on their backoff meanwhile, as after a lost notice.
 //!
+//! **Grants.** A waiter of one name whose turn it is in its lock service
+//! asks, with its place, that the release which frees the name take it
+//! for the call (`scripts/release.lua`): its place then
+//! carries the call's grant hold (an owner token every attempt of the call
+//! shares, and an entry id no attempt writes), the attempt's number, the
+//! TTL and the node's epoch marker as the node voted under it then. The
+//! release that frees the name on a node takes it there for the first
+//! waiter, as that waiter's acquire would have, if the marker is still the
+//! same (the same epoch, as settled as then: a restarted or promoted node
+//! has another marker, or none, and grants nothing), and tells its lock
+//! service the attempt and the name's fencing counter. A quorum of grants
+//! decides the call like an attempt's round (`acquire::granted`), its
+//! validity counted from the start of the attempt whose request was
+//! granted (each node took the key after that request reached it): the
+//! name changes hands in one release, where a notice and an acquire round
+//! followed it. Fewer grants than a quorum still hold their nodes for the
+//! call: its next attempt counts each as its own hold, and an attempt that
+//! loses gives back the grants where it won (`release::rollback`), so
+//! waiters never keep a split of the nodes between them. A call that ends
+//! without winning gives its grants back with its places; a guard won by
+//! an attempt gives back the call's grant hold too when released. A
+//! request is granted only within half a TTL of the attempt that made it
+//! (by the node's clock): a release or rollback that gives a request up is
+//! sent again for a TTL, so one that could not reach its node in that time
+//! leaves no request to grant. The cost: a waiter whose process stops
+//! within half a TTL of its last attempt may be granted the name, which
+//! then stays held for the TTL.
+//!
 //! **Stepping aside.** A release that a waiter of another process had
 //! marked the name for is announced to it, and the release's reply says
 //! so (`scripts/release.lua`). The releasing lock service then leaves the
@@ -103,6 +132,7 @@ use crate::fanout::End;
 use crate::keys::{Entry, KeySet, Ticket, release_channel, turn_channel};
 use crate::node::Node;
 use crate::scripts::acquire::AcquireReply;
+use crate::scripts::reply::Reading;
 use crate::stats::Counters;
 
 mod aside;
@@ -154,6 +184,22 @@ struct Waiters {
     /// The waiter whose turn it is, while it sleeps: a release by this lock
     /// service takes the name for it in the same script call.
     next: Option<Handoff>,
+    /// Grants heard for its queued waiters and not yet taken by them.
+    grants: Vec<Granted>,
+}
+
+/// A node's notice that a release took a name for a waiter of this lock
+/// service (`scripts/release.lua`).
+#[derive(Clone, Debug)]
+pub(crate) struct Granted {
+    /// The waiter's queue id.
+    pub(crate) queue_id: Arc<str>,
+    /// The node.
+    pub(crate) node: usize,
+    /// The waiter's attempt whose grant request the node took it for.
+    pub(crate) attempt: u32,
+    /// The name's fencing counter on the node, as an acquire reads it.
+    pub(crate) fence: Reading,
 }
 
 /// A sleeping waiter's offer: take the name for this entry, and tell me how
@@ -287,6 +333,23 @@ impl Wake {
         !names.is_empty() && keys.names().iter().any(|n| names.contains_key(n))
     }
 
+    /// The grants heard for the waiter of queue id `queue_id` on `keys`
+    /// (one name) since it last asked.
+    pub(crate) fn take_grants(&self, keys: &KeySet, queue_id: &Arc<str>) -> Vec<Granted> {
+        if !self.enabled || keys.len() != 1 {
+            return Vec::new();
+        }
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(waiters) = names.get_mut(keys.first()) else {
+            return Vec::new();
+        };
+        let (ours, others) = std::mem::take(&mut waiters.grants)
+            .into_iter()
+            .partition(|g| Arc::ptr_eq(&g.queue_id, queue_id));
+        waiters.grants = others;
+        ours
+    }
+
     /// The waiter to hand `keys` to on release, if one of this lock
     /// service sleeps on them (one name only).
     pub(crate) fn take_handoff(&self, keys: &KeySet) -> Option<Handoff> {
@@ -348,6 +411,7 @@ impl Wake {
                 notices: watch::channel(vec![0; self.subscribers.len() + 1].into()).0,
                 turn: Arc::default(),
                 next: None,
+                grants: Vec::new(),
             });
             waiters.count += 1;
             waiters.queue_ids.extend(queue_id.clone());
@@ -381,6 +445,7 @@ impl Wake {
             };
             if let Some(id) = queue_id {
                 waiters.queue_ids.retain(|q| !Arc::ptr_eq(q, id));
+                waiters.grants.retain(|g| !Arc::ptr_eq(&g.queue_id, id));
             }
             waiters.count -= 1;
             if waiters.count == 0 {

@@ -364,3 +364,66 @@ fn fairness_needs_wake_ups() {
         quorumlock::ConfigError::FairNeedsWakeUps
     );
 }
+
+/// Turn channels (of any lock service) subscribed on `node`.
+fn turn_channels_on(node: &RedisNode) -> usize {
+    let mut conn = node.connection().expect("inspect node");
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("quorumlock:released:quorumlock:turn:*")
+        .query(&mut conn)
+        .expect("PUBSUB CHANNELS");
+    channels.len()
+}
+
+/// A release takes the name for the queue's first waiter of another
+/// process in the same script call (a grant): the waiter wins on the
+/// nodes' notices with no acquire round of its own, its guard releases
+/// the name as any other, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_takes_the_name_for_the_first_waiter_of_another_process() {
+    for fair in [false, true] {
+        let testbed = Testbed::start(3).expect("testbed");
+        let holder_lock = common::every_node_lock(&testbed).await;
+        // It reads the fencing counters with every acquire: the grant
+        // notices carry them.
+        let waiter_lock = common::connected(common::lock_with(&testbed, |b| {
+            common::slow_polling(b).fair(fair).prefetch_fencing(true)
+        }))
+        .await;
+        let holder = holder_lock.try_acquire("job").await.expect("free");
+        let holder_token = holder.fencing_token().await.expect("holder's token");
+        let waiter = common::spawn_waiter(&waiter_lock, "job");
+        wait_queued(&testbed, 1, "the waiter to queue on every node").await;
+        common::wait_for(
+            "the waiter's lock service to listen for its turn",
+            Duration::from_secs(5),
+            || testbed.nodes().iter().all(|n| turn_channels_on(n) == 1),
+        )
+        .await;
+        let attempts = waiter_lock.stats().attempts;
+
+        holder.release().await;
+        let guard = common::woken_by_notice(waiter).await;
+        let stats = waiter_lock.stats();
+        assert_eq!(stats.granted, 1, "fair {fair}: won on the grants");
+        assert_eq!(
+            stats.attempts,
+            attempts + 1,
+            "fair {fair}: the grants are its one attempt after the release"
+        );
+        assert!(guard.is_held());
+        let token = guard.fencing_token().await.expect("the waiter's token");
+        assert!(
+            token > holder_token,
+            "fair {fair}: {token} after {holder_token}"
+        );
+        // Every node granted it: each holds the waiter's token, and its
+        // place is given up.
+        wait_queued(&testbed, 0, "the granted waiter's places to go").await;
+        guard.release().await;
+        for node in testbed.nodes() {
+            assert_eq!(common::value_on(node, "job"), None, "fair {fair}: released");
+        }
+    }
+}

@@ -9,7 +9,9 @@
 -- `reads` the fencing counters: a won call's reply carries them (won.lua).
 -- ARGV[ao + 1] the hold, "<owner token> <entry id>"; ARGV[ao + 2] the TTL
 -- in ms; for 'q' only: ARGV[ao + 3] its queue id, ARGV[ao + 4] its ticket,
--- ARGV[ao + 5] its place's lease in ms. Alone, the settled marker and the
+-- ARGV[ao + 5] its place's lease in ms, ARGV[ao + 6] its grant request,
+-- "<attempt> <owner token> <grant entry id>" ('' none: queue.lua). Alone,
+-- the settled marker and the
 -- quarantine in ms (epoch.lua) follow.
 -- (A call's own keys and arguments, read in place also in a batch, whose
 -- calls share KEYS and ARGV; see batch.lua.)
@@ -66,6 +68,13 @@ end
 local owner, entry = string.match(hold, '^(%S+) (%S+)$')
 local ttl = tonumber(ARGV[ao + 2])
 local me = queues and ARGV[ao + 3] or ''
+-- A queued waiter of one name may ask the release that frees the name to
+-- take it for its call (a grant: release.lua): only while this node
+-- votes, under the marker it votes under now.
+local request = ''
+if queues and m == 1 and young == 0 and quorumlock_voter and ARGV[ao + 6] ~= '' then
+  request = ' ' .. ARGV[ao + 2] .. ' ' .. ARGV[ao + 6] .. ' ' .. quorumlock_voter
+end
 local function queue(i)
   local key = KEYS[ko + i]
   return quorumlock_queue_of(key), quorumlock_leases_of(key)
@@ -77,7 +86,7 @@ local function join_every_queue()
   end
   for i = 1, m do
     local q, leases = queue(i)
-    quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]))
+    quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]), request, math.floor(ttl / 2))
   end
 end
 -- Per key: fresh (free), or ours in string form (its re-entry turns it
@@ -119,7 +128,7 @@ for i = 1, m do
       if me == '' then
         return quorumlock_answer(young, {0, -2, i})
       end
-      quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]))
+      quorumlock_enqueue(q, leases, me, ARGV[ao + 4], tonumber(ARGV[ao + 5]), request, math.floor(ttl / 2))
       if not lets_us_in(quorumlock_head(q, leases)) then
         join_every_queue()
         return quorumlock_answer(young, {0, -2, i})

@@ -29,6 +29,9 @@ pub(crate) struct Acquire {
     pub(crate) waits: bool,
     pub(crate) lease_ms: u64,
     pub(crate) reads_fences: bool,
+    /// The call's attempt number, which a grant request names (0: the
+    /// place asks for no grant).
+    pub(crate) attempt: u32,
 }
 
 impl Acquire {
@@ -46,13 +49,20 @@ impl Acquire {
     }
 
     /// Its arguments after the kind: the hold and the TTL; with a ticket,
-    /// its queue id, score and the place's lease (none without: fewer
-    /// arguments to write and for the node to read on every acquire).
+    /// its queue id, score, the place's lease and its grant request,
+    /// `"<attempt> <grant hold>"` or `""` (none without: fewer arguments
+    /// to write and for the node to read on every acquire).
     pub(crate) fn kind_args(&self, out: &mut Args<'_>) {
         let entry = &self.entry;
         out.arg(&*entry.hold).arg(self.ttl_ms);
         if let Some(ticket) = &entry.ticket {
             out.arg(&*ticket.id).arg(ticket.score).arg(self.lease_ms);
+            match ticket.grant() {
+                Some(grant) if self.attempt > 0 => {
+                    out.arg(format!("{} {}", self.attempt, grant.hold))
+                }
+                _ => out.arg(""),
+            };
         }
     }
 }

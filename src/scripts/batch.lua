@@ -51,10 +51,10 @@ while at <= #shape do
     args = 1
   elseif kind == 113 then -- 'q'
     ok, reply = pcall(quorumlock_acquire, k, m, a, true, true, reads)
-    args = 5
+    args = 6
   elseif kind == 108 then -- 'l'
     ok, reply = pcall(quorumlock_release, k, m, a, true)
-    args = 2
+    args = 3
   else
     return redis.error_reply('QLBATCH no call of kind ' .. string.sub(shape, at - 1, at - 1))
   end

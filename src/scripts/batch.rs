@@ -143,6 +143,7 @@ mod tests {
             waits,
             lease_ms: 2000,
             reads_fences: waits,
+            attempt: 1,
         })
     }
 
@@ -157,6 +158,7 @@ mod tests {
         queued.ticket = Some(Ticket {
             id: Arc::from("service.call"),
             score: 1,
+            grant: None,
         });
         let members = [
             acquire(&plain, false),

@@ -35,6 +35,10 @@ local quorumlock_origin = false
 local quorumlock_unparsed = false
 -- A marker this call found settled that the caller did not send.
 local quorumlock_news = false
+-- The marker, when the node votes in this call: a waiter's place keeps it
+-- with its grant request (queue.lua), and a release grants the name only
+-- while the marker is still the same (the same epoch, as settled as then).
+local quorumlock_voter = false
 
 -- The ms of quarantine left, once read (false: not yet).
 local quorumlock_left = false
@@ -45,6 +49,7 @@ local function quorumlock_check()
   local marker = redis.call('GET', KEYS[#KEYS])
   if marker and marker == ARGV[#ARGV - 1] then
     quorumlock_unparsed = marker
+    quorumlock_voter = marker
     return 0
   end
   local quarantine = tonumber(ARGV[#ARGV]) or 0
@@ -72,6 +77,7 @@ local function quorumlock_check()
     end
   end
   quorumlock_news = marker
+  quorumlock_voter = marker
   return 0
 end
 

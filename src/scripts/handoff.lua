@@ -7,8 +7,9 @@
 -- ARGV[1] the releasing hold ("<owner token> <entry id>"), ARGV[2] the
 -- queue id whose place the release gives up ('' none);
 -- ARGV[3] the next owner's hold, ARGV[4] its queue id ('' none), ARGV[5]
--- TTL in ms, ARGV[6] the settled marker, ARGV[7] the quarantine in ms
--- (epoch.lua).
+-- TTL in ms, ARGV[6] the releasing call's grant hold when it is not
+-- ARGV[1], given back too ('' none: release.lua), ARGV[7] the settled marker,
+-- ARGV[8] the quarantine in ms (epoch.lua).
 -- Reply: {r, 1, value, current}: the next owner holds the key now (its
 --        fencing counter as acquire.lua returns it) and left the queue;
 --        {r, 0, pttl}: it does not (the key stays held: another hold of the
@@ -23,6 +24,13 @@ if ARGV[2] ~= '' then
   quorumlock_dequeue(KEYS[3], KEYS[4], ARGV[2])
 end
 local r, marked = quorumlock_give_back(KEYS[1], ARGV[1])
+if ARGV[6] ~= '' then
+  local also, also_marked = quorumlock_give_back(KEYS[1], ARGV[6])
+  if also == 1 then
+    -- The releasing call's grant hold went last: the key is free.
+    r, marked = 1, also_marked
+  end
+end
 if r == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
   -- Waiters in other processes still wait: the next release announces.
   local mark = (r == 1 and marked) and ' w' or ''

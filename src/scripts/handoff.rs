@@ -38,14 +38,15 @@ impl Call for Handoff {
     }
 
     /// The releasing hold and its queue id, then the next owner's, then
-    /// the TTL.
+    /// the TTL, then the releasing call's grant hold ('' none).
     fn args(&self, out: &mut Args<'_>) {
         let (from, to) = (&self.from, &self.to);
         out.arg(&*from.hold)
             .arg(queue_id(from, true))
             .arg(&*to.hold)
             .arg(queue_id(to, true))
-            .arg(self.ttl_ms);
+            .arg(self.ttl_ms)
+            .arg(from.other_grant_hold());
     }
 }
 

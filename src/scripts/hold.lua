@@ -42,3 +42,4 @@ local function quorumlock_give_back(key, hold)
   redis.call('HDEL', key, id)
   return 2, found[3]
 end
+

@@ -33,6 +33,12 @@ local function quorumlock_leases_of(key)
   return 'quorumlock:leases:' .. key
 end
 
+-- The node's epoch marker (epoch.lua): the vote scripts declare it as
+-- their last key; a release reads it only to grant a name (release.lua).
+local function quorumlock_epoch_key()
+  return 'quorumlock:epoch'
+end
+
 -- The owner, the entry and whether it is marked, of lock string `v`;
 -- nil when `v` is not one.
 local function quorumlock_parse(v)

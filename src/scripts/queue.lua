@@ -15,10 +15,15 @@
 --   release notice: the first of those waiters alone hears it, not all.
 -- `quorumlock:leases:<name>`, a hash: queue id -> the server time in ms
 --   when its place lapses unless the waiter attempts again. A waiter whose
---   process died blocks nobody longer than that.
--- The queue only refuses: it never grants a key, and a lock key is still
--- taken only by the acquire rules. It is lost with the node's data at no
--- cost to safety (the waiters join again on their next attempt).
+--   process died blocks nobody longer than that. A waiter of one name may
+--   add a grant request: "<lapses> <grantable until> <ttl ms> <attempt>
+--   <owner> <entry> <epoch marker>" (a grant, release.lua: the release that frees
+--   the name takes it for that waiter in the same call, while the node's
+--   marker is the one it voted under when the request came).
+-- A place never takes a key by itself: a lock key is taken by the acquire
+-- rules, or by a release for the first waiter that asked for it. It is lost
+-- with the node's data at no cost to safety (the waiters join again on
+-- their next attempt; a grant needs the same marker, which goes with it).
 
 -- Whether queue id `a` belongs to the lock service of queue id `b`
 -- ("<service>.<call>"): a lock service's waiters take turns among
@@ -39,9 +44,10 @@ local function quorumlock_refuses(id)
   return type(id) ~= 'string' or string.sub(id, -2) ~= '.n'
 end
 
--- The queue's first waiter whose place has not lapsed, dropping lapsed
--- ones on the way (at most 16 per call: with more, `true`, as some waiter
--- may be ahead); nil when the queue is empty.
+-- The queue's first waiter whose place has not lapsed, its lease as
+-- stored (with its grant request, if any) and the server time in ms,
+-- dropping lapsed ones on the way (at most 16 per call: with more, `true`,
+-- as some waiter may be ahead); nil when the queue is empty.
 local function quorumlock_head(queue, leases)
   local now = nil
   for _ = 1, 16 do
@@ -50,9 +56,10 @@ local function quorumlock_head(queue, leases)
       return nil
     end
     now = now or quorumlock_now_ms()
-    local lapses = tonumber(redis.call('HGET', leases, first))
+    local lease = redis.call('HGET', leases, first)
+    local lapses = lease and tonumber(string.match(lease, '^%d+'))
     if lapses and lapses > now then
-      return first
+      return first, lease, now
     end
     redis.call('ZREM', queue, first)
     redis.call('HDEL', leases, first)
@@ -60,10 +67,19 @@ local function quorumlock_head(queue, leases)
   return true
 end
 
--- Takes (or keeps, at the same ticket) a place for `lease` ms from now.
-local function quorumlock_enqueue(queue, leases, id, ticket, lease)
+-- Takes (or keeps, at the same ticket) a place for `lease` ms from now;
+-- `request` ('' or " <ttl ms> <attempt> <owner> <entry> <marker>") asks
+-- the release that frees the name within `grantable` ms from now to take
+-- it for this waiter. (Half the TTL: a release or rollback that would give
+-- the request up is sent again for the TTL, so a request it could not
+-- reach is not granted after that, whatever the node's clock rate.)
+local function quorumlock_enqueue(queue, leases, id, ticket, lease, request, grantable)
   redis.call('ZADD', queue, ticket, id)
-  redis.call('HSET', leases, id, quorumlock_now_ms() + lease)
+  local now = quorumlock_now_ms()
+  if request ~= '' then
+    request = ' ' .. (now + grantable) .. request
+  end
+  redis.call('HSET', leases, id, (now + lease) .. request)
   -- Both keys live as long as the newest place at least.
   for _, key in ipairs({queue, leases}) do
     if redis.call('PTTL', key) < lease then

@@ -23,20 +23,25 @@ pub(crate) struct Release {
 impl Release {
     /// Its kind (`release.lua`): `l` also leaves the ticket's places in
     /// the waiter queues, `r` only gives back the hold.
+    /// A rollback of an attempt of a call that may have been granted the
+    /// name is an `l` too, with no queue id: the grant goes back with it.
     pub(crate) fn kind(&self) -> &'static str {
-        if self.leaves() { "l" } else { "r" }
+        if self.long() { "l" } else { "r" }
     }
 
-    fn leaves(&self) -> bool {
-        self.leave && self.entry.ticket.is_some()
+    /// Whether it takes the `l` kind's arguments.
+    fn long(&self) -> bool {
+        self.entry.ticket.is_some() && (self.leave || !self.entry.other_grant_hold().is_empty())
     }
 
-    /// Its arguments after the kind: the hold, and the queue id whose
-    /// places it gives up when it leaves them.
+    /// Its arguments after the kind: the hold; for `l`, the queue id whose
+    /// places it gives up ('' a rollback's: its waiter still waits) and the
+    /// call's grant hold, given back too when it is not the hold ('' none).
     pub(crate) fn kind_args(&self, out: &mut Args<'_>) {
         out.arg(&*self.entry.hold);
-        if self.leaves() {
-            out.arg(queue_id(&self.entry, true));
+        if self.long() {
+            out.arg(queue_id(&self.entry, self.leave))
+                .arg(self.entry.other_grant_hold());
         }
     }
 }

@@ -11,8 +11,9 @@ use redis::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{LINGER, Waiters};
+use super::{Granted, LINGER, Waiters};
 use crate::keys::RESERVED_PREFIX;
+use crate::scripts::reply::{Reading, counter};
 use crate::stats::Counters;
 
 /// One node's subscriber connection, run by a task started on first use.
@@ -104,16 +105,54 @@ pub(super) fn deliver(
     } else {
         (released, message)
     };
+    // A grant: "<queue id>|<attempt>|<counter>|<current>" (release.lua).
+    let mut parts = next.split(|b| *b == b'|');
+    let next = parts.next().unwrap_or_default();
+    let grant = turn.then(|| granted(parts)).flatten();
     let Some(names) = names.upgrade() else {
         return;
     };
-    let names = names.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(waiters) = names.get(name) {
-        let ours = next.is_empty() || waiters.queue_ids.iter().any(|id| id.as_bytes() == next);
-        if ours {
-            waiters.notices.send_modify(|n| n[index] += 1);
+    let mut names = names.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(waiters) = names.get_mut(name) {
+        let ours = if next.is_empty() {
+            None
+        } else {
+            let id = waiters.queue_ids.iter().find(|id| id.as_bytes() == next);
+            let Some(id) = id else { return };
+            Some(Arc::clone(id))
+        };
+        if let (Some(queue_id), Some((attempt, fence))) = (ours, grant) {
+            waiters.grants.push(Granted {
+                queue_id,
+                node: index,
+                attempt,
+                fence,
+            });
         }
+        waiters.notices.send_modify(|n| n[index] += 1);
     }
+}
+
+/// A grant notice's attempt and fencing counter reading; `None` when it is
+/// no grant, or not one this client could have asked for (a server's
+/// garbage): then it only counts as a notice, and the waiter's own attempt
+/// reads, and reports, what the node holds.
+fn granted<'a>(mut parts: impl Iterator<Item = &'a [u8]>) -> Option<(u32, Reading)> {
+    let attempt = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let value = match parts.next()? {
+        b"-" => redis::Value::Nil,
+        digits => redis::Value::BulkString(digits.to_vec()),
+    };
+    let current = match parts.next()? {
+        b"0" => false,
+        b"1" => true,
+        _ => return None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    let value = counter(&value).ok()?;
+    Some((attempt, Reading { value, current }))
 }
 
 /// Counts a notice from node `index` for every subscribed name: after a

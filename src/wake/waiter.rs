@@ -77,6 +77,28 @@ impl Waiter<'_> {
         }
     }
 
+    /// Whether this waiter has its turn among the waiters of its names in
+    /// this lock service, taking it now if it is free (or it takes no
+    /// turns). A waiter queued behind another of its service must not ask
+    /// a release to take the name for it: it could not use the name before
+    /// the other's call ends, and the other would find it held meanwhile.
+    /// Call [`listen_now`](Self::listen_now) first; without wake-ups, `false`.
+    pub(crate) fn try_turn(&mut self) -> bool {
+        if !self.takes_turns || self.turn.is_some() {
+            return self.registration.is_some();
+        }
+        let Some(registration) = self.registration.as_ref() else {
+            return false;
+        };
+        match Arc::clone(&registration.turn).try_lock_owned() {
+            Ok(guard) => {
+                self.turn = Some(guard);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Marks every notice so far as seen: call before each attempt, so a
     /// release announced while the attempt runs wakes the wait after it.
     pub(crate) fn mark(&mut self) {

@@ -195,6 +195,15 @@ where
     (end, Unfinished(in_flight))
 }
 
+/// The node of fan-out slot `j` of a round that asked node `asked` on its
+/// own first ([`QuorumRound::ask`]): node j, or j + 1 from that one on.
+fn slot_node(asked: Option<usize>, j: usize) -> usize {
+    match asked {
+        Some(a) if j >= a => j + 1,
+        _ => j,
+    }
+}
+
 /// A fan-out decided by a quorum tally (acquire, extend): the votes, the
 /// replies, and the times its validity is computed from.
 pub(crate) struct QuorumRound<T> {
@@ -242,11 +251,7 @@ impl<T> QuorumRound<T> {
     where
         Fut: Future<Output = Result<T, NodeError>>,
     {
-        // Fan-out slot j is node j, or j + 1 from the one already asked on.
-        let node = |j: usize| match asked {
-            Some(a) if j >= a => j + 1,
-            _ => j,
-        };
+        let node = |j: usize| slot_node(asked, j);
         let targets = self.votes.len() - usize::from(asked.is_some());
         let (end, unfinished) = fan_out(
             targets,
@@ -302,11 +307,7 @@ impl<T> QuorumRound<T> {
         let replies = &mut self.replies;
         let late = async {
             while let Some((j, reply)) = calls.next().await {
-                let i = match asked {
-                    Some(a) if j >= a => j + 1,
-                    _ => j,
-                };
-                replies[i] = Some(reply);
+                replies[slot_node(asked, j)] = Some(reply);
             }
         };
         let _ = tokio::time::timeout(bound, late).await;

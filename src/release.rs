@@ -105,14 +105,16 @@ pub(crate) async fn rollback(
     // attempt counted as its own hold) goes back with it: a waiter short of
     // a quorum lets the others have those nodes. Elsewhere the call keeps
     // what it was granted (`call::Grants::forget`).
+    // (Built only for an entry that has such a grant hold: most
+    // rollbacks send the entry as it is.)
     let won = |i: usize| matches!(replies[i], Some(Ok(AcquireReply::Won { .. })));
-    let without_grant = Entry {
+    let without_grant = (!entry.other_grant_hold().is_empty()).then(|| Entry {
         ticket: entry.ticket.as_ref().map(|t| Ticket {
             grant: None,
             ..t.clone()
         }),
         ..entry.clone()
-    };
+    });
     let mut awaited = targets.iter().filter(|(_, answered)| *answered).count();
     let deadline = if awaited == 0 {
         Instant::now()
@@ -125,7 +127,10 @@ pub(crate) async fn rollback(
         deadline,
         |j| {
             let i = targets[j].0;
-            let entry = if won(i) { entry } else { &without_grant };
+            let entry = match &without_grant {
+                Some(without) if !won(i) => without,
+                _ => entry,
+            };
             core.nodes[i].release(entry.clone(), false, ttl)
         },
         |j, reply| {

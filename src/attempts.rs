@@ -10,7 +10,9 @@
 //!   first ([`Step::Attempt`]'s `gated`), so that waiters woken by the same
 //!   release notice do not split the nodes between them. Not a queued
 //!   waiter woken by its own notice: it is first in line, no herd to turn
-//!   away;
+//!   away; nor a call whose places ask for grants, at all: refused at the
+//!   gate, it would take its place there alone, and places that differ
+//!   between the nodes split the grants between waiters;
 //! * **the notices**: a waiter that woke on a release notice and lost the
 //!   race to contenders of other processes sits the next notice out
 //!   ([`Nap::listen`]), unless it is queued (the next notice naming it is
@@ -80,6 +82,8 @@ pub(crate) struct Attempts<'a> {
     keys: &'a KeySet,
     /// The call has a place in the waiter queues (a fair lock service).
     queued: bool,
+    /// Its places ask for grants: its attempts are never gated.
+    asks_grants: bool,
     began: Instant,
     budget_end: Instant,
     attempts: u32,
@@ -101,6 +105,7 @@ impl<'a> Attempts<'a> {
             retry,
             keys,
             queued,
+            asks_grants: false,
             began,
             budget_end,
             attempts: 0,
@@ -108,6 +113,13 @@ impl<'a> Attempts<'a> {
             woke_on_notice: false,
             woke_on_gate_notice: false,
         }
+    }
+
+    /// The call's places ask for grants (`call::Grants`): no attempt of
+    /// it is gated.
+    pub(crate) fn asking_grants(mut self, asks: bool) -> Self {
+        self.asks_grants = asks;
+        self
     }
 
     /// Attempts made so far.
@@ -163,7 +175,7 @@ impl<'a> Attempts<'a> {
     fn attempt(&mut self) -> Step {
         self.attempts += 1;
         Step::Attempt {
-            gated: self.contended && !(self.queued && self.woke_on_notice),
+            gated: self.contended && !self.asks_grants && !(self.queued && self.woke_on_notice),
         }
     }
 
@@ -349,6 +361,20 @@ mod tests {
         a.next(Event::Start { others_wait: false }, case.start, 0.0);
         let out = a.next(Event::FailedUnplaced(contended()), case.start, 0.0);
         assert!(matches!(out, Step::GiveUp(_)), "{out:?}");
+    }
+
+    /// A call whose places ask for grants is never gated, where the same
+    /// call without them is after losing to contention.
+    #[test]
+    fn a_call_that_asks_for_grants_is_never_gated() {
+        let case = Case::new(RetryPolicy::default());
+        for asks in [false, true] {
+            let mut a = case.attempts(false).asking_grants(asks);
+            a.next(Event::Start { others_wait: false }, case.start, 0.0);
+            a.next(Event::Failed(contended()), case.start, 0.0);
+            let woken_by_another_notice = a.next(woke(false, false), case.start, 0.0);
+            assert_eq!(gated(woken_by_another_notice), !asks, "asks {asks}");
+        }
     }
 
     #[test]

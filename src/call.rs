@@ -128,9 +128,10 @@ async fn attempts_until(
     let retry = &services.core.config.retry;
     let budget = (Instant::now(), budget_end);
     let mut event = start(services, &keys, ticket, request);
-    let mut attempts = Attempts::new(retry, &keys, request.ticket.is_some(), budget);
-    let mut woken = Woken::Retry;
     let mut grants = Grants::new(ticket, services.core.nodes.len());
+    let mut attempts =
+        Attempts::new(retry, &keys, request.ticket.is_some(), budget).asking_grants(grants.asks());
+    let mut woken = Woken::Retry;
     loop {
         match attempts.next(event, Instant::now(), rand::random::<f64>()) {
             Step::GiveUp(error) => return Err(error),
@@ -201,11 +202,7 @@ async fn attempt(
         Woken::Retry => {
             let attempt = grants.next_attempt();
             request.attempt = if asks { attempt } else { 0 };
-            // A call that asks for grants asks every node at once: a
-            // gated attempt refused at the gate would take its place
-            // there alone, and places that differ between the nodes split
-            // the grants between waiters.
-            let gated = gated && !grants.asks();
+            // (A call that asks for grants is never gated: `Attempts`.)
             let gate = gated.then(|| acquire::gate(services)).flatten();
             acquire::attempt(services, request, gate).await
         }

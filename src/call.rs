@@ -198,8 +198,10 @@ async fn attempt(
         Woken::HandedOver { entry, first, rest } => {
             acquire::handed_over(services, request, entry, first, rest).await
         }
-        Woken::Retry if grants.hear(services, request) => grants.decide(services, request).await,
         Woken::Retry => {
+            if let Some(decided) = grants.decide_on_quorum(services, request).await {
+                return decided;
+            }
             let attempt = grants.next_attempt();
             request.attempt = if asks { attempt } else { 0 };
             // (A call that asks for grants is never gated: `Attempts`.)
@@ -309,20 +311,21 @@ impl Grants {
         self.heard.iter().flatten().count() >= services.core.required()
     }
 
-    /// Decides the call on its grants. Short of the validity, the grants
-    /// are rolled back (and forgotten, as after any failed attempt).
-    async fn decide(
+    /// Decides the call on its grants when those heard make a quorum
+    /// (`None`: they do not, and the call attempts). Short of the validity,
+    /// the grants are rolled back (and forgotten, as after any failed
+    /// attempt).
+    async fn decide_on_quorum(
         &mut self,
-        services: &Arc<Services>,
+        services: &Services,
         request: &Request,
-    ) -> Result<Lease, Error> {
-        let hold = self.hold.as_ref().and_then(|slot| slot.get());
-        let (Some(hold), Some(ticket)) = (hold, &request.ticket) else {
-            // `hear` says no quorum without both (an attempt made the hold
-            // before any grant of it).
-            return acquire::attempt(services, request, None).await;
-        };
-        acquire::granted(services, request, (hold, ticket), &self.heard, &self.starts).await
+    ) -> Option<Result<Lease, Error>> {
+        if !self.hear(services, request) {
+            return None;
+        }
+        let hold = self.hold.as_ref()?.get()?;
+        let ticket = request.ticket.as_ref()?;
+        Some(acquire::granted(services, request, (hold, ticket), &self.heard, &self.starts).await)
     }
 }
 

@@ -261,6 +261,18 @@ pub enum What {
         /// (`LockConfig`'s quarantine, in ms).
         quarantine_ms: u64,
     },
+    /// A worker's lock services' counters, logged when it stops of its own
+    /// accord (a killed worker logs none): how the acquisitions were won.
+    Services {
+        /// Attempts that won (`LockStats::acquired`).
+        acquired: u64,
+        /// Attempts decided on grants: releases of other processes took
+        /// the name for the waiting call (`LockStats::granted`).
+        granted: u64,
+        /// Releases that handed the name to a waiter of the same lock
+        /// service (`LockStats::handoffs`).
+        handoffs: u64,
+    },
     /// Free-form progress note (phase changes, control steps).
     Note {
         /// The text.

@@ -158,6 +158,10 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
     if let Some(rw) = &rw {
         let _ = rw.lock().warm_up().await;
     }
+    // Every lock service of the worker, for its counters at the end.
+    let services: Vec<MultiLock> = std::iter::once(lock.clone())
+        .chain(rw.as_ref().map(|rw| rw.lock().clone()))
+        .collect();
     let semaphore = options
         .semaphore
         .clone()
@@ -200,7 +204,24 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
     for task in tasks {
         task.await.map_err(|e| e.to_string())?;
     }
+    log.log(services_stats(&services))
+        .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The counters of the worker's lock services, summed.
+fn services_stats(services: &[MultiLock]) -> What {
+    let (mut acquired, mut granted, mut handoffs) = (0, 0, 0);
+    for stats in services.iter().map(MultiLock::stats) {
+        acquired += stats.acquired;
+        granted += stats.granted;
+        handoffs += stats.handoffs;
+    }
+    What::Services {
+        acquired,
+        granted,
+        handoffs,
+    }
 }
 
 /// Sets `stop` when standard input reaches its end (the run closed it, or

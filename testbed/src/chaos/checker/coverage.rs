@@ -104,6 +104,16 @@ pub struct Stats {
     pub acquisitions_during_fault: u64,
     /// `acquisitions_during_fault / acquisitions` (0 without any).
     pub acquisitions_during_fault_ratio: f64,
+    /// Attempts that won, by the lock services' own counters, summed over
+    /// the workers that stopped of their own accord ([`What::Services`]).
+    #[serde(default)]
+    pub services_acquired: u64,
+    /// Of those, the ones decided on grants.
+    #[serde(default)]
+    pub granted: u64,
+    /// Releases that handed the name to a waiter of the same lock service.
+    #[serde(default)]
+    pub handoffs: u64,
     /// Faults injected.
     pub faults: u64,
     /// Per fault kind, by name.
@@ -177,6 +187,15 @@ pub(super) fn count_events(events: &[Event], stats: &mut Stats) -> Times {
             What::Failed { .. } => stats.failed += 1,
             What::Renew { .. } => stats.renewals += 1,
             What::Lost { .. } => stats.losses_reported += 1,
+            What::Services {
+                acquired,
+                granted,
+                handoffs,
+            } => {
+                stats.services_acquired += *acquired;
+                stats.granted += *granted;
+                stats.handoffs += *handoffs;
+            }
             _ => {}
         }
     }

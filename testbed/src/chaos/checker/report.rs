@@ -235,7 +235,7 @@ impl CheckReport {
 
 /// The run's figures as (label, value), in the order of the summary
 /// table, two to a line; the last of a line may be empty.
-fn figures(s: &Stats) -> [(&'static str, String); 26] {
+fn figures(s: &Stats) -> [(&'static str, String); 28] {
     let pct = |n: u64, r: f64| format!("{} ({:.1}%)", thousands(n), r * 100.0);
     let free_after_kill = s
         .free_after_kill_max_ms
@@ -287,6 +287,15 @@ fn figures(s: &Stats) -> [(&'static str, String); 26] {
         ("readers at once max", thousands(s.readers_at_once_max)),
         ("lost upd. fenced", thousands(s.lost_updates_fenced)),
         ("lost upd. unfenced", thousands(s.lost_updates_unfenced)),
+        (
+            "won on grants",
+            format!(
+                "{} of {}",
+                thousands(s.granted),
+                thousands(s.services_acquired)
+            ),
+        ),
+        ("handoffs", thousands(s.handoffs)),
     ]
 }
 

@@ -44,6 +44,31 @@ fn a_clean_history_passes() {
 }
 
 #[test]
+fn the_workers_service_counters_are_summed_into_the_figures() {
+    let mut b = clean();
+    for (worker, granted) in [("w0", 1), ("w1", 2)] {
+        b.push(
+            ms(150.0),
+            worker,
+            What::Services {
+                acquired: 3,
+                granted,
+                handoffs: 1,
+            },
+        );
+    }
+    let report = run(&b);
+    assert_eq!(report.verdict, Verdict::Pass, "{}", report.summary_table());
+    let s = &report.stats;
+    assert_eq!((s.services_acquired, s.granted, s.handoffs), (6, 3, 2));
+    assert!(
+        report.summary_table().contains("3 of 6"),
+        "{}",
+        report.summary_table()
+    );
+}
+
+#[test]
 fn overlapping_holds_fail() {
     let mut b = clean();
     let mut v = (3, 3);

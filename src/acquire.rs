@@ -18,7 +18,7 @@ use tokio::sync::{OnceCell, mpsc};
 use tokio::time::Instant;
 use tracing::field::Empty;
 
-use crate::clock::Stamp;
+use crate::clock::{AttemptStarts, Stamp};
 use crate::core::ttl_millis;
 use crate::error::{Error, NodeError, NodeOutcome};
 use crate::fanout::{End, QuorumRound, Unfinished};
@@ -349,32 +349,30 @@ pub(crate) async fn handed_over(
 /// name for the call's `grant` hold on the nodes `heard` names, each for
 /// the grant request of one attempt of the call (its number, and the
 /// name's fencing counter there). Decided like an attempt whose round
-/// started when the earliest of those attempts did (`starts`, by attempt
-/// number from 1): a node takes the key only after that attempt's request
-/// reached it, so the key outlives that start by its TTL. Short of the
-/// validity, the grants are rolled back like a lost attempt's writes.
+/// started when the earliest of those attempts did (see [`AttemptStarts`]).
+/// Short of the validity, the grants are rolled back like a lost attempt's
+/// writes.
 pub(crate) async fn granted(
     services: &Services,
     request: &Request,
     (grant, ticket): (&GrantHold, &Ticket),
     heard: &[Option<(u32, Reading)>],
-    starts: &[Stamp],
+    starts: &AttemptStarts,
 ) -> Result<Lease, Error> {
     let core = &services.core;
     bump(&core.counters.attempts);
     bump(&core.counters.granted);
-    let start_of = |attempt: u32| starts.get((attempt as usize).checked_sub(1)?).copied();
     let start = heard
         .iter()
         .flatten()
-        .filter_map(|(attempt, _)| start_of(*attempt))
+        .filter_map(|(attempt, _)| starts.of(*attempt))
         .min()
         .unwrap_or_else(Stamp::now);
     let reads = core.reads_fences();
     let mut round = QuorumRound::new(core.nodes.len(), core.required(), start);
     for (i, heard) in heard.iter().enumerate() {
         if let Some((attempt, fence)) = heard
-            && start_of(*attempt).is_some()
+            && starts.of(*attempt).is_some()
         {
             let fences = reads.then(|| Box::from([*fence]));
             round.record(i, Ok(AcquireReply::Won { fences }), AcquireReply::vote);

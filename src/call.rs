@@ -14,8 +14,7 @@ use tracing::field::Empty;
 
 use crate::acquire::{self, Request};
 use crate::attempts::{Attempts, Event, Step};
-use crate::clock::Stamp;
-use crate::clock::instant_in;
+use crate::clock::{AttemptStarts, instant_in};
 use crate::error::{Error, NodeOutcome};
 use crate::guard::LockGuard;
 use crate::keys::{GrantSlot, KeySet, Ticket};
@@ -225,8 +224,8 @@ struct Grants {
     /// Per node: the attempt whose request it granted, and its counter
     /// (empty until a grant is heard or forgotten: most calls hear none).
     heard: Vec<Option<(u32, Reading)>>,
-    /// Each attempt's start, by attempt number from 1.
-    starts: Vec<Stamp>,
+    /// Each attempt's start, by attempt number.
+    starts: AttemptStarts,
     /// Per node, grants for attempts up to this number are not counted: a
     /// failed attempt's (or grant decision's) rollback gave the grant hold
     /// back there, and a notice may still come from before that (empty as
@@ -240,7 +239,7 @@ impl Grants {
             hold: ticket.and_then(|t| t.grant.clone()),
             nodes,
             heard: Vec::new(),
-            starts: Vec::new(),
+            starts: AttemptStarts::default(),
             forgotten: Vec::new(),
         }
     }
@@ -276,7 +275,7 @@ impl Grants {
             });
             if !kept {
                 *heard = None;
-                *forgotten = self.starts.len();
+                *forgotten = self.starts.made();
             }
         }
     }
@@ -284,8 +283,7 @@ impl Grants {
     /// Stamps the start of the attempt about to go (before its own round's
     /// stamp: a grant's validity never counts from later); its number.
     fn next_attempt(&mut self) -> u32 {
-        self.starts.push(Stamp::now());
-        u32::try_from(self.starts.len()).unwrap_or(u32::MAX)
+        self.starts.stamp_next()
     }
 
     /// Takes the grants heard since last asked; whether they make a quorum.
@@ -304,7 +302,7 @@ impl Grants {
             let Some(&forgotten) = self.forgotten.get(node) else {
                 continue;
             };
-            if (forgotten + 1..=self.starts.len()).contains(&attempt) {
+            if (forgotten + 1..=self.starts.made()).contains(&attempt) {
                 self.heard[node] = Some((granted.attempt, granted.fence));
             }
         }

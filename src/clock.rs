@@ -128,6 +128,35 @@ impl Stamp {
     }
 }
 
+/// When each attempt of one waiting acquire call started, by attempt number
+/// from 1: a grant names the attempt whose request it took the name for,
+/// and the call's validity counts from that attempt's start. The stamp is
+/// taken before the attempt sends anything, and a node takes the key only
+/// after the request reached it, so the key outlives that start by its TTL
+/// (with drift, as for any round's start).
+#[derive(Debug, Default)]
+pub(crate) struct AttemptStarts(Vec<Stamp>);
+
+impl AttemptStarts {
+    /// Stamps the start of the next attempt; its number.
+    pub(crate) fn stamp_next(&mut self) -> u32 {
+        self.0.push(Stamp::now());
+        u32::try_from(self.0.len()).unwrap_or(u32::MAX)
+    }
+
+    /// How many attempts were stamped (the last one's number).
+    pub(crate) fn made(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The start of attempt `attempt`; `None` for a number no attempt of
+    /// the call had (0, or one beyond the last).
+    pub(crate) fn of(&self, attempt: u32) -> Option<Stamp> {
+        let index = usize::try_from(attempt).ok()?.checked_sub(1)?;
+        self.0.get(index).copied()
+    }
+}
+
 /// How far off a timer for "never in practice" is set (Tokio's own choice
 /// for its far future: about 30 years).
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
@@ -143,6 +172,21 @@ pub(crate) fn instant_in(d: Duration) -> tokio::time::Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempts_are_numbered_from_one_and_unknown_numbers_have_no_start() {
+        let mut starts = AttemptStarts::default();
+        assert_eq!((starts.made(), starts.of(0), starts.of(1)), (0, None, None));
+        assert_eq!(starts.stamp_next(), 1);
+        assert_eq!(starts.stamp_next(), 2);
+        assert_eq!(starts.made(), 2);
+        let (first, second) = (starts.of(1).unwrap(), starts.of(2).unwrap());
+        assert!(first <= second, "stamped in order");
+        assert_eq!(
+            (starts.of(0), starts.of(3), starts.of(u32::MAX)),
+            (None, None, None)
+        );
+    }
 
     #[test]
     fn clock_moves_forward_and_math_saturates() {

@@ -261,8 +261,9 @@ pub enum What {
         /// (`LockConfig`'s quarantine, in ms).
         quarantine_ms: u64,
     },
-    /// A worker's lock services' counters, logged when it stops of its own
-    /// accord (a killed worker logs none): how the acquisitions were won.
+    /// What a worker's lock services counted since its previous such event
+    /// (every 2 s, and when it stops of its own accord; a killed worker's
+    /// last seconds are lost with it): how the acquisitions were won.
     Services {
         /// Attempts that won (`LockStats::acquired`).
         acquired: u64,

@@ -24,8 +24,8 @@
 
 use std::io::{self, Read as _};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use quorumlock::fenced::{FencedResource, Read, Write};
@@ -158,10 +158,14 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
     if let Some(rw) = &rw {
         let _ = rw.lock().warm_up().await;
     }
-    // Every lock service of the worker, for its counters at the end.
-    let services: Vec<MultiLock> = std::iter::once(lock.clone())
-        .chain(rw.as_ref().map(|rw| rw.lock().clone()))
-        .collect();
+    // Every lock service of the worker, for its counters.
+    let counters = Arc::new(Mutex::new(ServiceCounters {
+        services: std::iter::once(lock.clone())
+            .chain(rw.as_ref().map(|rw| rw.lock().clone()))
+            .collect(),
+        logged: [0; 3],
+    }));
+    let reporting = report_services(Arc::clone(&counters), log.clone());
     let semaphore = options
         .semaphore
         .clone()
@@ -204,24 +208,63 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
     for task in tasks {
         task.await.map_err(|e| e.to_string())?;
     }
-    log.log(services_stats(&services))
-        .map_err(|e| e.to_string())?;
+    reporting.abort();
+    counters
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .log_news(&log);
     Ok(())
 }
 
-/// The counters of the worker's lock services, summed.
-fn services_stats(services: &[MultiLock]) -> What {
-    let (mut acquired, mut granted, mut handoffs) = (0, 0, 0);
-    for stats in services.iter().map(MultiLock::stats) {
-        acquired += stats.acquired;
-        granted += stats.granted;
-        handoffs += stats.handoffs;
+/// What a worker's lock services counted (won, granted, handed off) up to
+/// its last [`What::Services`] event, each of which logs what is new since
+/// the one before: a worker killed in a fault loses at most
+/// [`SERVICES_EVERY`] of them.
+struct ServiceCounters {
+    services: Vec<MultiLock>,
+    logged: [u64; 3],
+}
+
+/// How often a worker logs what its lock services counted.
+const SERVICES_EVERY: Duration = Duration::from_secs(2);
+
+impl ServiceCounters {
+    /// Logs the counts since the last event, if any.
+    fn log_news(&mut self, log: &HistoryWriter) {
+        let mut now = [0; 3];
+        for stats in self.services.iter().map(MultiLock::stats) {
+            now[0] += stats.acquired;
+            now[1] += stats.granted;
+            now[2] += stats.handoffs;
+        }
+        let [acquired, granted, handoffs] =
+            std::array::from_fn(|i| now[i].saturating_sub(self.logged[i]));
+        if acquired + granted + handoffs > 0 {
+            self.logged = now;
+            let _ = log.log(What::Services {
+                acquired,
+                granted,
+                handoffs,
+            });
+        }
     }
-    What::Services {
-        acquired,
-        granted,
-        handoffs,
-    }
+}
+
+/// Logs the worker's service counters every [`SERVICES_EVERY`] until
+/// aborted.
+fn report_services(
+    counters: Arc<Mutex<ServiceCounters>>,
+    log: HistoryWriter,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(SERVICES_EVERY).await;
+            counters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .log_news(&log);
+        }
+    })
 }
 
 /// Sets `stop` when standard input reaches its end (the run closed it, or

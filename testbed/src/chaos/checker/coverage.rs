@@ -104,8 +104,9 @@ pub struct Stats {
     pub acquisitions_during_fault: u64,
     /// `acquisitions_during_fault / acquisitions` (0 without any).
     pub acquisitions_during_fault_ratio: f64,
-    /// Attempts that won, by the lock services' own counters, summed over
-    /// the workers that stopped of their own accord ([`What::Services`]).
+    /// Attempts that won, by the lock services' own counters, as the
+    /// workers logged them ([`What::Services`]; a killed worker's last
+    /// seconds are missing).
     #[serde(default)]
     pub services_acquired: u64,
     /// Of those, the ones decided on grants.

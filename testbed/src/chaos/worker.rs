@@ -163,7 +163,7 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
         services: std::iter::once(lock.clone())
             .chain(rw.as_ref().map(|rw| rw.lock().clone()))
             .collect(),
-        logged: [0; 3],
+        logged: ServiceCounts::default(),
     }));
     let reporting = report_services(Arc::clone(&counters), log.clone());
     let semaphore = options
@@ -216,13 +216,21 @@ pub async fn run(options: WorkerOptions) -> Result<(), String> {
     Ok(())
 }
 
-/// What a worker's lock services counted (won, granted, handed off) up to
-/// its last [`What::Services`] event, each of which logs what is new since
-/// the one before: a worker killed in a fault loses at most
-/// [`SERVICES_EVERY`] of them.
+/// What a worker's lock services counted up to its last [`What::Services`]
+/// event, each of which logs what is new since the one before: a worker
+/// killed in a fault loses at most [`SERVICES_EVERY`] of them.
 struct ServiceCounters {
     services: Vec<MultiLock>,
-    logged: [u64; 3],
+    logged: ServiceCounts,
+}
+
+/// The counters a [`What::Services`] event carries, summed over a worker's
+/// lock services.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct ServiceCounts {
+    acquired: u64,
+    granted: u64,
+    handoffs: u64,
 }
 
 /// How often a worker logs what its lock services counted.
@@ -231,22 +239,21 @@ const SERVICES_EVERY: Duration = Duration::from_secs(2);
 impl ServiceCounters {
     /// Logs the counts since the last event, if any.
     fn log_news(&mut self, log: &HistoryWriter) {
-        let mut now = [0; 3];
+        let mut now = ServiceCounts::default();
         for stats in self.services.iter().map(MultiLock::stats) {
-            now[0] += stats.acquired;
-            now[1] += stats.granted;
-            now[2] += stats.handoffs;
+            now.acquired += stats.acquired;
+            now.granted += stats.granted;
+            now.handoffs += stats.handoffs;
         }
-        let [acquired, granted, handoffs] =
-            std::array::from_fn(|i| now[i].saturating_sub(self.logged[i]));
-        if acquired + granted + handoffs > 0 {
-            self.logged = now;
-            let _ = log.log(What::Services {
-                acquired,
-                granted,
-                handoffs,
-            });
+        if now == self.logged {
+            return;
         }
+        let _ = log.log(What::Services {
+            acquired: now.acquired.saturating_sub(self.logged.acquired),
+            granted: now.granted.saturating_sub(self.logged.granted),
+            handoffs: now.handoffs.saturating_sub(self.logged.handoffs),
+        });
+        self.logged = now;
     }
 }
 

@@ -87,6 +87,12 @@ impl Waiter<'_> {
         if !self.takes_turns || self.turn.is_some() {
             return self.registration.is_some();
         }
+        self.turn_if_free()
+    }
+
+    /// Takes the turn now if no other waiter of this lock service has it
+    /// (`false` too when not registered).
+    fn turn_if_free(&mut self) -> bool {
         let Some(registration) = self.registration.as_ref() else {
             return false;
         };
@@ -183,14 +189,12 @@ impl Waiter<'_> {
     /// without sleeping (the budget ran out while queued, or a release came
     /// while queued).
     pub(super) async fn take_turn(&mut self, budget_end: Instant) -> bool {
+        if self.turn_if_free() {
+            return true;
+        }
         let Some(registration) = self.registration.as_mut() else {
             return false;
         };
-        let turn = Arc::clone(&registration.turn);
-        if let Ok(guard) = turn.try_lock_owned() {
-            self.turn = Some(guard);
-            return true;
-        }
         if self.seen.len() != registration.notices.len() {
             // Registered after the attempt: count from now.
             self.seen = snapshot(&mut registration.notices);

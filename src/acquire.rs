@@ -124,22 +124,17 @@ impl Request {
             Some(token) => Arc::clone(token),
             None => Arc::clone(Owner::new().shared_token()),
         };
+        let keys = Arc::clone(&self.keys);
         let grant = self.ticket.as_ref().and_then(|t| t.grant.as_ref());
-        let grant = grant.map(|slot| slot.get_or_make(owner, nodes));
-        let token = match grant {
-            Some(grant) => Arc::clone(&grant.token),
-            None => owner(),
+        let entry = match grant.map(|slot| slot.get_or_make(owner, nodes)) {
+            Some(grant) => {
+                Entry::reaching(keys, Arc::clone(&grant.token), Arc::clone(&grant.reached))
+            }
+            None => Entry::new(keys, owner(), nodes),
         };
-        let entry = Entry {
+        Entry {
             ticket: self.ticket.clone(),
-            ..Entry::new(Arc::clone(&self.keys), token, nodes)
-        };
-        match grant {
-            Some(grant) => Entry {
-                reached: Arc::clone(&grant.reached),
-                ..entry
-            },
-            None => entry,
+            ..entry
         }
     }
 }

@@ -256,6 +256,13 @@ impl Entry {
     /// nodes: a late rollback of one attempt can never remove another
     /// attempt's hold.
     pub(crate) fn new(keys: Arc<KeySet>, token: Arc<str>, nodes: usize) -> Entry {
+        Entry::reaching(keys, token, Arc::new(Reached::new(nodes)))
+    }
+
+    /// [`Entry::new`], recording the nodes it reaches in `reached` (which
+    /// the attempts of a call that may be granted the name share with its
+    /// grant hold).
+    pub(crate) fn reaching(keys: Arc<KeySet>, token: Arc<str>, reached: Arc<Reached>) -> Entry {
         let id = format!("{:016x}", rand::random::<u64>());
         Entry {
             keys,
@@ -263,7 +270,7 @@ impl Entry {
             token,
             id: Arc::from(id),
             ticket: None,
-            reached: Arc::new(Reached::new(nodes)),
+            reached,
         }
     }
 

@@ -42,4 +42,3 @@ local function quorumlock_give_back(key, hold)
   redis.call('HDEL', key, id)
   return 2, found[3]
 end
-

@@ -376,6 +376,106 @@ fn turn_channels_on(node: &RedisNode) -> usize {
     channels.len()
 }
 
+/// Spawns a waiter of `lock` on "job" and waits until it is queued on
+/// every node with its lock service listening for its turn (a grant made
+/// before that would be lost to it).
+async fn queue_a_waiter(
+    testbed: &Testbed,
+    lock: &MultiLock,
+) -> tokio::task::JoinHandle<Result<LockGuard, Error>> {
+    let waiter = common::spawn_waiter(lock, "job");
+    wait_queued(testbed, 1, "the waiter to queue on every node").await;
+    common::wait_for(
+        "the waiter's lock service to listen for its turn",
+        Duration::from_secs(5),
+        || testbed.nodes().iter().all(|n| turn_channels_on(n) == 1),
+    )
+    .await;
+    waiter
+}
+
+/// The guard of `waiter` (of `lock`), woken by a release notice and won
+/// in one attempt after the `attempts` made before it: decided on the
+/// grants when `granted` is 1, by a round of its own when it is 0.
+async fn woken_in_one_attempt(
+    waiter: tokio::task::JoinHandle<Result<LockGuard, Error>>,
+    lock: &MultiLock,
+    attempts: u64,
+    granted: u64,
+    what: &str,
+) -> LockGuard {
+    let guard = common::woken_by_notice(waiter).await;
+    let stats = lock.stats();
+    assert_eq!(stats.granted, granted, "{what}: decided on grants or not");
+    assert_eq!(
+        stats.attempts,
+        attempts + 1,
+        "{what}: one attempt after the release"
+    );
+    assert!(guard.is_held(), "{what}");
+    guard
+}
+
+/// Whether every node's clock (`TIME`, in whole ms as the scripts read
+/// it) has passed the time until which the one place on it may be granted
+/// the name (the second field of its lease, `scripts/queue.lua`).
+fn past_every_grant_request(testbed: &Testbed) -> bool {
+    testbed.nodes().iter().all(|node| {
+        let mut conn = node.connection().expect("inspect node");
+        let leases: Vec<String> = redis::cmd("HVALS")
+            .arg("quorumlock:leases:job")
+            .query(&mut conn)
+            .expect("HVALS");
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).expect("TIME");
+        let now_ms = secs * 1000 + micros / 1000;
+        let [lease] = leases.as_slice() else {
+            panic!("one place on each node, not {leases:?}");
+        };
+        let grantable: u64 = lease
+            .split(' ')
+            .nth(1)
+            .and_then(|g| g.parse().ok())
+            .unwrap_or_else(|| panic!("a place that asks for a grant, not {lease:?}"));
+        now_ms > grantable
+    })
+}
+
+/// A grant request is granted only within half the waiter's TTL of the
+/// attempt that made it (by the node's clock): past it, the release only
+/// announces itself, and the waiter takes the name with an attempt of its
+/// own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_request_past_half_the_ttl_is_not_granted() {
+    let testbed = Testbed::start(3).expect("testbed");
+    let holder_lock = common::every_node_lock(&testbed).await;
+    // A 4 s TTL (and the longest node timeout it allows): its requests
+    // may be granted for 2 s. Its backoff is a minute, so that no attempt
+    // of its own renews them meanwhile.
+    let waiter_lock = common::connected(common::lock_with(&testbed, |b| {
+        common::slow_polling(b)
+            .ttl(Duration::from_secs(4))
+            .node_timeout(Duration::from_millis(400))
+    }))
+    .await;
+    let holder = holder_lock.try_acquire("job").await.expect("free");
+    let waiter = queue_a_waiter(&testbed, &waiter_lock).await;
+    common::wait_for(
+        "every node's clock to pass the waiter's grant request",
+        Duration::from_secs(10),
+        || past_every_grant_request(&testbed),
+    )
+    .await;
+    let attempts = waiter_lock.stats().attempts;
+
+    holder.release().await;
+    let guard =
+        woken_in_one_attempt(waiter, &waiter_lock, attempts, 0, "past the request's time").await;
+    guard.release().await;
+    for node in testbed.nodes() {
+        assert_eq!(common::value_on(node, "job"), None, "released");
+    }
+}
+
 /// A release takes the name for the queue's first waiter of another
 /// process in the same script call (a grant): the waiter wins on the
 /// nodes' notices with no acquire round of its own, its guard releases
@@ -393,26 +493,12 @@ async fn a_release_takes_the_name_for_the_first_waiter_of_another_process() {
         .await;
         let holder = holder_lock.try_acquire("job").await.expect("free");
         let holder_token = holder.fencing_token().await.expect("holder's token");
-        let waiter = common::spawn_waiter(&waiter_lock, "job");
-        wait_queued(&testbed, 1, "the waiter to queue on every node").await;
-        common::wait_for(
-            "the waiter's lock service to listen for its turn",
-            Duration::from_secs(5),
-            || testbed.nodes().iter().all(|n| turn_channels_on(n) == 1),
-        )
-        .await;
+        let waiter = queue_a_waiter(&testbed, &waiter_lock).await;
         let attempts = waiter_lock.stats().attempts;
 
         holder.release().await;
-        let guard = common::woken_by_notice(waiter).await;
-        let stats = waiter_lock.stats();
-        assert_eq!(stats.granted, 1, "fair {fair}: won on the grants");
-        assert_eq!(
-            stats.attempts,
-            attempts + 1,
-            "fair {fair}: the grants are its one attempt after the release"
-        );
-        assert!(guard.is_held());
+        let guard =
+            woken_in_one_attempt(waiter, &waiter_lock, attempts, 1, &format!("fair {fair}")).await;
         let token = guard.fencing_token().await.expect("the waiter's token");
         assert!(
             token > holder_token,

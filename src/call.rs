@@ -201,8 +201,10 @@ async fn attempt(
             if let Some(decided) = grants.decide_on_quorum(services, request).await {
                 return decided;
             }
-            let attempt = grants.next_attempt();
-            request.attempt = if asks { attempt } else { 0 };
+            // Only an attempt that asks is numbered and stamped: no grant
+            // names another, and a waiting acquire that finds the name free
+            // (most) then reads no clock and allocates nothing for it.
+            request.attempt = if asks { grants.next_attempt() } else { 0 };
             // (A call that asks for grants is never gated: `Attempts`.)
             let gate = gated.then(|| acquire::gate(services)).flatten();
             acquire::attempt(services, request, gate).await
@@ -211,7 +213,7 @@ async fn attempt(
 }
 
 /// What a waiting call heard of the grants releases made to it (see
-/// `scripts/release.lua`), and the starts of its attempts, which their grant
+/// `scripts/release.lua`), and the starts of its asking attempts, which their grant
 /// requests name: a quorum of grants wins the call the name with no
 /// acquire round of its own ([`acquire::granted`]). A grant short of a
 /// quorum still holds its node for the call: the next attempt, under the
@@ -224,7 +226,7 @@ struct Grants {
     /// Per node: the attempt whose request it granted, and its counter
     /// (empty until a grant is heard or forgotten: most calls hear none).
     heard: Vec<Option<(u32, Reading)>>,
-    /// Each attempt's start, by attempt number.
+    /// The start of each attempt that asked for grants, by its number.
     starts: AttemptStarts,
     /// Per node, grants for attempts up to this number are not counted: a
     /// failed attempt's (or grant decision's) rollback gave the grant hold
@@ -280,8 +282,9 @@ impl Grants {
         }
     }
 
-    /// Stamps the start of the attempt about to go (before its own round's
-    /// stamp: a grant's validity never counts from later); its number.
+    /// Stamps the start of the attempt about to go, one that asks for
+    /// grants (before its own round's stamp: a grant's validity never
+    /// counts from later); its number.
     fn next_attempt(&mut self) -> u32 {
         self.starts.stamp_next()
     }

@@ -128,8 +128,9 @@ impl Stamp {
     }
 }
 
-/// When each attempt of one waiting acquire call started, by attempt number
-/// from 1: a grant names the attempt whose request it took the name for,
+/// When each attempt of one waiting acquire call that asks for grants
+/// started, by attempt number from 1 (only those are numbered): a grant
+/// names the attempt whose request it took the name for,
 /// and the call's validity counts from that attempt's start. The stamp is
 /// taken before the attempt sends anything, and a node takes the key only
 /// after the request reached it, so the key outlives that start by its TTL
